@@ -1,0 +1,448 @@
+"""The BERT-family encoder in one file.
+
+One readable implementation covers BERT, RoBERTa, ALBERT, DistilBERT, ELECTRA and MiniLM, plus
+everything the compression passes produce: per-layer head counts and FFN widths (pruning),
+cross-layer sharing (ALBERT), a factorized embedding E < H, pre- or post-LN.
+
+Submodule names follow Hugging Face's BERT (`embeddings.word_embeddings`,
+`encoder.layer.0.attention.self.query`, ...), so BERT, MiniLM and ELECTRA checkpoints load by
+stripping a prefix; `edgebert.checkpoint` maps the other families.
+
+`forward` has no data-dependent Python control flow: the same code traces to ONNX and converts to
+TFLite at fixed or variable sequence length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import EdgebertError
+
+ACTIVATIONS = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "tanh": torch.tanh,
+}
+
+
+@dataclass
+class EncoderConfig:
+    """Shape of an encoder. Defaults are MiniLM-L6-H384 (all-MiniLM-L6-v2)."""
+
+    family: str = "bert"  # bert | roberta | albert | distilbert | electra; MiniLM is "bert"
+    vocab_size: int = 30522
+    hidden_size: int = 384
+    num_layers: int = 6
+    num_heads: int = 12
+    intermediate_size: int = 1536
+    head_size: int | None = None  # hidden_size // num_heads unless set; pruning keeps it fixed
+    layer_heads: list[int] | None = None  # heads per layer after pruning; None = num_heads each
+    layer_ffn: list[int] | None = None  # FFN width per layer after pruning; None = intermediate_size
+    attention_groups: list[int] | None = None  # layer i uses attention module attention_groups[i]
+    ffn_groups: list[int] | None = None  # likewise for the FFN (ALBERT shares both)
+    embedding_size: int | None = None  # E < H factorizes the embedding (ALBERT, ELECTRA-small)
+    embedding_layernorm: bool = True
+    pre_ln: bool = False  # BERT is post-LN; pre-LN adds a final LayerNorm
+    activation: str = "gelu"  # exact GELU; "gelu_tanh" for ALBERT's gelu_new
+    type_vocab_size: int = 2  # 0 = no segment embeddings (DistilBERT), 1 for RoBERTa
+    max_positions: int = 512  # rows of the learned position table
+    position_offset: int = 0  # RoBERTa's positions start at padding_idx + 1 = 2
+    pad_token_id: int = 0
+    layer_norm_eps: float = 1e-12
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+
+    def __post_init__(self):
+        if self.head_size is None:
+            if self.hidden_size % self.num_heads:
+                raise EdgebertError(
+                    f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}: "
+                    "set head_size explicitly"
+                )
+            self.head_size = self.hidden_size // self.num_heads
+        if self.activation not in ACTIVATIONS:
+            raise EdgebertError(f"unknown activation {self.activation!r}: use one of {sorted(ACTIVATIONS)}")
+        for name in ("layer_heads", "layer_ffn", "attention_groups", "ffn_groups"):
+            value = getattr(self, name)
+            if value is not None and len(value) != self.num_layers:
+                raise EdgebertError(f"{name} has {len(value)} entries for {self.num_layers} layers")
+        for groups, widths in (("attention_groups", self.heads), ("ffn_groups", self.ffn)):
+            seen: dict[int, int] = {}
+            for i in range(self.num_layers):
+                g = self.group(groups, i)
+                if seen.setdefault(g, widths(i)) != widths(i):
+                    raise EdgebertError(f"{groups}: layers sharing group {g} must have the same width")
+
+    @property
+    def max_length(self) -> int:
+        """The longest input the position table allows."""
+        return self.max_positions - self.position_offset
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.embedding_size or self.hidden_size
+
+    def heads(self, i: int) -> int:
+        return self.layer_heads[i] if self.layer_heads else self.num_heads
+
+    def ffn(self, i: int) -> int:
+        return self.layer_ffn[i] if self.layer_ffn else self.intermediate_size
+
+    def group(self, kind: str, i: int) -> int:
+        groups = getattr(self, kind)
+        return groups[i] if groups else i
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EncoderConfig":
+        known = cls.__dataclass_fields__
+        unknown = sorted(set(d) - set(known))
+        if unknown:
+            raise EdgebertError(f"unknown encoder config keys {unknown}: the file was written by a newer edgebert")
+        return cls(**d)
+
+
+class Embeddings(nn.Module):
+    """token + segment + learned position embeddings, LayerNorm, and the E→H projection if factorized."""
+
+    def __init__(self, c: EncoderConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(c.vocab_size, c.embedding_dim, padding_idx=c.pad_token_id)
+        self.position_embeddings = nn.Embedding(c.max_positions, c.embedding_dim)
+        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.embedding_dim) if c.type_vocab_size else None
+        self.LayerNorm = nn.LayerNorm(c.embedding_dim, eps=c.layer_norm_eps) if c.embedding_layernorm else None
+        self.dropout = nn.Dropout(c.dropout)
+        self.projection = nn.Linear(c.embedding_dim, c.hidden_size) if c.embedding_dim != c.hidden_size else None
+        self.register_buffer("position_ids", torch.arange(c.max_positions).unsqueeze(0), persistent=False)
+        self.offset = c.position_offset
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        seq_len = input_ids.shape[1]
+        x = self.word_embeddings(input_ids)
+        x = x + self.position_embeddings(self.position_ids[:, self.offset : self.offset + seq_len])
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            x = x + self.token_type_embeddings(token_type_ids)
+        if self.LayerNorm is not None:
+            x = self.LayerNorm(x)
+        x = self.dropout(x)
+        return self.projection(x) if self.projection is not None else x
+
+
+class SelfAttention(nn.Module):
+    """Bidirectional multi-head attention, written like HF's eager BertSelfAttention so that
+    ONNX Runtime's BERT fusions recognise the exported graph."""
+
+    def __init__(self, c: EncoderConfig, heads: int):
+        super().__init__()
+        self.heads, self.head_size = heads, c.head_size
+        inner = heads * c.head_size
+        self.query = nn.Linear(c.hidden_size, inner)
+        self.key = nn.Linear(c.hidden_size, inner)
+        self.value = nn.Linear(c.hidden_size, inner)
+        self.dropout = nn.Dropout(c.attention_dropout)
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0], x.shape[1], self.heads, self.head_size).permute(0, 2, 1, 3)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_size)
+        probs = self.dropout(torch.softmax(scores + mask, dim=-1))
+        context = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
+        return context.view(x.shape[0], x.shape[1], self.heads * self.head_size)
+
+
+class Projection(nn.Module):
+    """dense + dropout + residual LayerNorm: BERT's `attention.output` and `output` blocks."""
+
+    def __init__(self, c: EncoderConfig, width: int):
+        super().__init__()
+        self.dense = nn.Linear(width, c.hidden_size)
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+
+
+class Attention(nn.Module):
+    def __init__(self, c: EncoderConfig, heads: int):
+        super().__init__()
+        self.self = SelfAttention(c, heads)
+        self.output = Projection(c, heads * c.head_size)
+
+
+class Intermediate(nn.Module):
+    def __init__(self, c: EncoderConfig, width: int):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden_size, width)
+        self.act = ACTIVATIONS[c.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))
+
+
+class Layer(nn.Module):
+    """One transformer block. Its attention and FFN modules may be shared with other layers."""
+
+    def __init__(self, attention: Attention, intermediate: Intermediate, output: Projection, pre_ln: bool):
+        super().__init__()
+        self.attention, self.intermediate, self.output = attention, intermediate, output
+        self.pre_ln = pre_ln
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        attn, out = self.attention.output, self.output
+        if self.pre_ln:
+            x = x + attn.dropout(attn.dense(self.attention.self(attn.LayerNorm(x), mask)))
+            return x + out.dropout(out.dense(self.intermediate(out.LayerNorm(x))))
+        x = attn.LayerNorm(attn.dropout(attn.dense(self.attention.self(x, mask))) + x)
+        return out.LayerNorm(out.dropout(out.dense(self.intermediate(x))) + x)
+
+
+class Stack(nn.Module):
+    """`encoder.layer[i]`; layers in one sharing group hold the same module objects."""
+
+    def __init__(self, c: EncoderConfig):
+        super().__init__()
+        attentions: dict[int, Attention] = {}
+        ffns: dict[int, tuple[Intermediate, Projection]] = {}
+        layers = []
+        for i in range(c.num_layers):
+            a = attentions.get(c.group("attention_groups", i))
+            if a is None:
+                a = attentions[c.group("attention_groups", i)] = Attention(c, c.heads(i))
+            f = ffns.get(c.group("ffn_groups", i))
+            if f is None:
+                f = ffns[c.group("ffn_groups", i)] = (Intermediate(c, c.ffn(i)), Projection(c, c.ffn(i)))
+            layers.append(Layer(a, f[0], f[1], c.pre_ln))
+        self.layer = nn.ModuleList(layers)
+        self.final_layernorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps) if c.pre_ln else None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        for layer in self.layer:
+            x = layer(x, mask)
+        return self.final_layernorm(x) if self.final_layernorm is not None else x
+
+
+class Encoder(nn.Module):
+    """`(input_ids, attention_mask, token_type_ids) -> last hidden states [B, T, H]`."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.encoder = Stack(config)
+        self.apply(_init_weights)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if not torch.jit.is_tracing() and input_ids.shape[1] > self.config.max_length:
+            raise EdgebertError(
+                f"input of {input_ids.shape[1]} tokens exceeds the model's {self.config.max_length} "
+                "positions: truncate it (max_length) before calling the model"
+            )
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids)
+        dtype = x.dtype
+        # Additive mask over keys only: bidirectional, no causal part.
+        mask = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        return self.encoder(x, mask)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "Encoder":
+        """An edgebert folder, a Hugging Face folder, or a hub id (online only); any head is dropped."""
+        from .checkpoint import load
+
+        model = load(path)
+        return model if isinstance(model, Encoder) else model.encoder
+
+    def save_pretrained(self, path: str | Path) -> None:
+        from .checkpoint import save
+
+        save(self, path)
+
+
+def _init_weights(module: nn.Module) -> None:
+    """BERT's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+# ---------------------------------------------------------------------------------------------
+# Heads. Each task model holds `encoder` (an Encoder) and its head, and saves both.
+
+
+@dataclass
+class HeadConfig:
+    """What sits on top of the encoder. `kind` picks the task model class."""
+
+    kind: str = "sequence-classification"  # | token-classification | embedding | masked-lm
+    num_labels: int = 2  # 1 = regression (STS-B)
+    labels: list[str] = field(default_factory=list)
+    pooler: str | None = "tanh"  # [CLS] dense + activation before the classifier; None = none
+    pooling: str = "cls"  # embedding: "cls" | "mean"
+    normalize: bool = False  # embedding: L2-normalise
+    nsp: bool = False  # masked-lm: add BERT's next-sentence head
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "HeadConfig":
+        return cls(**d)
+
+
+class TaskModel(nn.Module):
+    """Base of the task models: an encoder, a head config, and saving/loading."""
+
+    def __init__(self, config: EncoderConfig, head: HeadConfig):
+        super().__init__()
+        self.config, self.head = config, head
+        self.encoder = Encoder(config)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "TaskModel":
+        from .checkpoint import load
+
+        model = load(path)
+        if not isinstance(model, cls):
+            raise EdgebertError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
+
+    def save_pretrained(self, path: str | Path) -> None:
+        from .checkpoint import save
+
+        save(self, path)
+
+
+class Pooler(nn.Module):
+    """[CLS] → dense → activation: BERT's pooler, RoBERTa/ELECTRA's classifier.dense,
+    DistilBERT's pre_classifier."""
+
+    def __init__(self, hidden: int, activation: str):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.act = ACTIVATIONS[activation]
+
+    def forward(self, cls_state: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(cls_state))
+
+
+class SequenceClassifier(TaskModel):
+    """Sentence and sentence-pair classification, and regression (num_labels=1), from [CLS]."""
+
+    def __init__(self, config: EncoderConfig, head: HeadConfig):
+        super().__init__(config, head)
+        self.pooler = Pooler(config.hidden_size, head.pooler) if head.pooler else None
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.hidden_size, head.num_labels)
+        for m in (self.pooler, self.classifier):
+            if m is not None:
+                m.apply(_init_weights)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        x = self.encoder(input_ids, attention_mask, token_type_ids)[:, 0]
+        if self.pooler is not None:
+            x = self.pooler(x)
+        return self.classifier(self.dropout(x))
+
+
+class TokenClassifier(TaskModel):
+    """One label per token (NER): logits [B, T, num_labels]."""
+
+    def __init__(self, config: EncoderConfig, head: HeadConfig):
+        super().__init__(config, head)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.hidden_size, head.num_labels)
+        self.classifier.apply(_init_weights)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        return self.classifier(self.dropout(self.encoder(input_ids, attention_mask, token_type_ids)))
+
+
+class Embedder(TaskModel):
+    """Sentence embeddings: [CLS] or mask-aware mean pooling, optionally L2-normalised."""
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        x = self.encoder(input_ids, attention_mask, token_type_ids)
+        if self.head.pooling == "mean":
+            m = attention_mask.unsqueeze(-1).to(x.dtype)
+            x = (x * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        else:
+            x = x[:, 0]
+        return F.normalize(x, dim=-1) if self.head.normalize else x
+
+
+class MaskedLM(TaskModel):
+    """MLM head tied to the word embeddings (+ optional NSP head on the pooled [CLS]).
+
+    Returns MLM logits [B, T, V], or (MLM logits, NSP logits [B, 2]) when `head.nsp`."""
+
+    def __init__(self, config: EncoderConfig, head: HeadConfig):
+        super().__init__(config, head)
+        e = config.embedding_dim
+        self.transform = nn.Linear(config.hidden_size, e)
+        self.act = ACTIVATIONS[config.activation]
+        self.LayerNorm = nn.LayerNorm(e, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.pooler = Pooler(config.hidden_size, "tanh") if head.nsp else None
+        self.nsp = nn.Linear(config.hidden_size, 2) if head.nsp else None
+        for m in (self.transform, self.pooler, self.nsp):
+            if m is not None:
+                m.apply(_init_weights)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        x = self.encoder(input_ids, attention_mask, token_type_ids)
+        h = self.LayerNorm(self.act(self.transform(x)))
+        mlm = h @ self.encoder.embeddings.word_embeddings.weight.T + self.bias  # tied decoder
+        if self.nsp is None:
+            return mlm
+        return mlm, self.nsp(self.pooler(x[:, 0]))
+
+
+TASK_MODELS: dict[str, type[TaskModel]] = {
+    "sequence-classification": SequenceClassifier,
+    "token-classification": TokenClassifier,
+    "embedding": Embedder,
+    "masked-lm": MaskedLM,
+}
+
+
+def build(config: EncoderConfig, head: HeadConfig | None = None) -> nn.Module:
+    """A fresh model: the bare Encoder when `head` is None, else the task model for `head.kind`."""
+    if head is None:
+        return Encoder(config)
+    if head.kind not in TASK_MODELS:
+        raise EdgebertError(f"unknown head kind {head.kind!r}: use one of {sorted(TASK_MODELS)}")
+    return TASK_MODELS[head.kind](config, head)
+
+
+def describe(model: nn.Module) -> dict:
+    """The JSON that `save` writes under the "edgebert" key of config.json."""
+    encoder = model if isinstance(model, Encoder) else model.encoder
+    d = {"encoder": encoder.config.to_dict()}
+    if isinstance(model, TaskModel):
+        d["head"] = asdict(model.head)
+    return d
+
+
+def from_description(d: dict) -> nn.Module:
+    head = HeadConfig.from_dict(d["head"]) if "head" in d else None
+    return build(EncoderConfig.from_dict(d["encoder"]), head)
