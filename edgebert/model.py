@@ -434,6 +434,14 @@ def build(config: EncoderConfig, head: HeadConfig | None = None) -> nn.Module:
     return TASK_MODELS[head.kind](config, head)
 
 
+def with_head(model: nn.Module, head: HeadConfig) -> TaskModel:
+    """A task model with `head` on `model`'s encoder: the pretrained weights kept, the head fresh."""
+    encoder = model if isinstance(model, Encoder) else model.encoder
+    task_model = build(encoder.config, head)
+    task_model.encoder.load_state_dict(encoder.state_dict())
+    return task_model
+
+
 def describe(model: nn.Module) -> dict:
     """The JSON that `save` writes under the "edgebert" key of config.json."""
     encoder = model if isinstance(model, Encoder) else model.encoder
