@@ -8,6 +8,7 @@ also resume mid-stage from `OUT/work/`), and a re-run of an unchanged recipe doe
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import random
@@ -286,10 +287,16 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
         else:
             _log(f"{name}: running")
             t0 = time.time()
-            with _staging(dest) as tmp:
-                record = RUNNERS[name](name, ctx, state, tmp, out / "work" / dest.name)
-                record = {"name": name, "wall_s": round(time.time() - t0, 1), **record}
-                (tmp / "record.json").write_text(json.dumps(record, indent=1, default=str))
+            try:
+                with _staging(dest) as tmp:
+                    record = RUNNERS[name](name, ctx, state, tmp, out / "work" / dest.name)
+                    record = {"name": name, "wall_s": round(time.time() - t0, 1), **record}
+                    (tmp / "record.json").write_text(json.dumps(record, indent=1, default=str))
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                raise EdgebertError(f"disk full while writing stage {name} under {out}: free space, then "
+                                    "re-run with --resume") from None
         record = json.loads((dest / "record.json").read_text())
         if (dest / "model").is_dir():
             state.model = dest / "model"

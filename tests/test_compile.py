@@ -1,0 +1,194 @@
+"""`edgebert compile` end to end on a tiny model and a tiny SST-2-shaped data folder."""
+
+import errno
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from edgebert import EdgebertError, EncoderConfig, HeadConfig, build, save
+from edgebert import compile as compiler
+from edgebert import recipe as recipes
+from edgebert.checkpoint import default_checkpoint
+
+WORDS = ["good", "great", "fun", "bad", "awful", "dull", "film", "plot", "the", "a", "very", "not"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A 2-layer, 32-wide classifier with the real MiniLM WordPiece vocabulary."""
+    torch.manual_seed(0)
+    config = EncoderConfig(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                           max_positions=64)
+    folder = tmp_path_factory.mktemp("tiny") / "model"
+    save(build(config, HeadConfig(num_labels=2, labels=["negative", "positive"])), folder,
+         tokenizer_from=default_checkpoint())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    """sst2/train.tsv and dev.tsv: sentences whose label follows their first word."""
+    root = tmp_path_factory.mktemp("data")
+    (root / "sst2").mkdir()
+    g = torch.Generator().manual_seed(0)
+    for split, n in (("train", 96), ("dev", 32)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            idx = torch.randint(0, len(WORDS), (6,), generator=g).tolist()
+            label = int(idx[0] < 3)
+            rows.append(" ".join(WORDS[i] for i in idx) + f" \t{label}")
+        (root / "sst2" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def _recipe(model, **top):
+    text = f"""
+task = "sst2"
+model = "{model}"
+max_length = 16
+stages = {json.dumps(top.pop("stages", ["finetune", "distill", "quantize", "export"]))}
+[finetune.train]
+steps = 6
+batch_size = 8
+save_every = 2
+[distill]
+layers = 1
+[distill.train]
+steps = 6
+batch_size = 8
+save_every = 2
+[quantize]
+accuracy_budget = 100.0
+calibration_size = 8
+tflite = "none"
+[export]
+formats = ["onnx"]
+bench = false
+"""
+    recipe = recipes.parse(text)
+    for k, v in top.items():
+        setattr(recipe, k, v)
+    return recipe
+
+
+def _hashes(bundle):
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    return {name: f["sha256"] for name, f in manifest["files"].items() if name != "report.html"}
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_model, tiny_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "out"
+    bundle = compiler.compile(_recipe(tiny_model), out, data_dir=str(tiny_data))
+    return out, bundle
+
+
+def test_bundle_holds_what_an_app_needs(finished):
+    out, bundle = finished
+    names = {p.name for p in bundle.iterdir()}
+    assert {"model.onnx", "manifest.json", "report.html", "labels.txt", "eval.npz", "vocab.txt"} <= names
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [s["name"] for s in manifest["stages"]] == ["finetune", "distill"]
+    assert manifest["stages"][1]["params"]["total"] < manifest["stages"][0]["params"]["total"]
+    assert manifest["verification"]["model.onnx"]["verify"]["agreement"] > 0.9
+    assert (bundle / "labels.txt").read_text() == "negative\npositive\n"
+    assert "distill" in compiler.summary(bundle)
+
+
+def test_unchanged_rerun_does_no_work(finished, tiny_model, tiny_data, monkeypatch):
+    out, bundle = finished
+    before = _hashes(bundle)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a stage ran again")
+
+    monkeypatch.setitem(compiler.RUNNERS, "finetune", refuse)
+    monkeypatch.setitem(compiler.RUNNERS, "distill", refuse)
+    monkeypatch.setitem(compiler.RUNNERS, "quantize", refuse)
+    monkeypatch.setitem(compiler.RUNNERS, "export", refuse)
+    again = compiler.compile(_recipe(tiny_model), out, data_dir=str(tiny_data), resume=True)
+    assert _hashes(again) == before
+
+
+def test_interrupted_stage_resumes_to_the_same_bundle(finished, tiny_model, tiny_data, tmp_path, monkeypatch):
+    """Ctrl-C in the middle of distillation (after a resumable save), then --resume."""
+    _, reference = finished
+    out = tmp_path / "out"
+    step = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def interrupt_mid_distill(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 6 + 4:  # all 6 fine-tune steps, then 4 distillation steps
+            raise KeyboardInterrupt
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", interrupt_mid_distill)
+    with pytest.raises(KeyboardInterrupt):
+        compiler.compile(_recipe(tiny_model), out, data_dir=str(tiny_data))
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    stages = sorted(p.name for p in (out / "stages").iterdir())
+    assert len(stages) == 1 and stages[0].startswith("01-finetune")  # nothing half-written
+    assert not (out / "bundle").exists()
+    resumed = compiler.compile(_recipe(tiny_model), out, data_dir=str(tiny_data), resume=True)
+    assert _hashes(resumed) == _hashes(reference)
+
+
+def test_existing_output_is_refused(finished, tiny_model, tiny_data):
+    out, _ = finished
+    with pytest.raises(EdgebertError, match="exists: pass --resume to continue it or --force"):
+        compiler.compile(_recipe(tiny_model), out, data_dir=str(tiny_data))
+
+
+def test_disk_full_leaves_nothing_half_written(tiny_model, tiny_data, tmp_path, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("edgebert.checkpoint.save_model", full)
+    out = tmp_path / "out"
+    with pytest.raises(EdgebertError, match="disk full"):
+        compiler.compile(_recipe(tiny_model, stages=["finetune", "export"]), out, data_dir=str(tiny_data))
+    assert not (out / "stages").exists() or not any((out / "stages").iterdir())
+
+
+def test_bad_inputs_are_one_line(tiny_model, tiny_data, tmp_path):
+    with pytest.raises(EdgebertError, match="data folder .* not found; pass --data DIR"):
+        compiler.compile(_recipe(tiny_model), tmp_path / "o1", data_dir=str(tmp_path / "nowhere"))
+    broken = tmp_path / "broken"
+    (broken / "sst2").mkdir(parents=True)
+    (broken / "sst2" / "train.tsv").write_text("text\tscore\nhello\t1\n")
+    (broken / "sst2" / "dev.tsv").write_text("text\tscore\nhello\t1\n")
+    with pytest.raises(EdgebertError, match=r"train.tsv:1: header \['text', 'score'\] is not the sst2 layout"):
+        compiler.compile(_recipe(tiny_model), tmp_path / "o2", data_dir=str(broken))
+    with pytest.raises(EdgebertError, match="teacher .* is not a checkpoint folder"):
+        compiler.compile(_recipe(tiny_model, teacher=str(tmp_path)), tmp_path / "o3", data_dir=str(tiny_data))
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ('stages = ["finetune", "compress"]', "stages: unknown stage 'compress'; known stages: finetune, distill"),
+    ('[distill]\nlayers = "four"', 'distill.layers: expected a positive int, got "four"'),
+    ('[distill.train]\nlr = "fast"', 'distill.train.lr: expected a non-negative number, got "fast"'),
+    ('[prune]\nheads = 1.5', "prune: PruneConfig.heads is a fraction"),
+    ('[quantize]\nonnx = "int4"', "quantize.onnx: unknown method 'int4'"),
+    ('[export]\nformats = "onnx"', 'export.formats: expected a list of str, got "onnx"'),
+    ("[bogus]\nx = 1", "[bogus]: unknown stage table"),
+    ("[distill]\nlayer = 4", "distill.layer: unknown field"),
+    ("task = ", "recipe: not valid TOML"),
+])
+def test_invalid_recipes_name_the_field(text, message):
+    with pytest.raises(EdgebertError) as e:
+        recipes.parse(text)
+    assert message in str(e.value)
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    bad = tmp_path / "r.toml"
+    bad.write_text('[distill]\nlayers = "four"\n')
+    result = subprocess.run([sys.executable, "-m", "edgebert.cli", "compile", str(bad), "--out", str(tmp_path / "o")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == 'edgebert: error: distill.layers: expected a positive int, got "four"'
