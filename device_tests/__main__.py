@@ -1,0 +1,7 @@
+"""`python -m device_tests run|probe ...` on the device."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

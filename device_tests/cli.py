@@ -1,0 +1,89 @@
+"""`python -m device_tests run ...` / `probe ...`: errors print as one line (exit 2), never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import HarnessError
+
+BACKENDS = ("onnxruntime", "litert", "tflite-runtime")
+
+
+def _positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
+def _non_negative(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m device_tests", description="edgebert on-device benchmark harness")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="time a model and score it on the eval set; writes one JSON")
+    r.add_argument("--model", required=True, help="model.onnx or model.tflite")
+    r.add_argument("--inputs", required=True, help="eval.npz from the exporter")
+    r.add_argument("--backend", choices=BACKENDS, help="default: onnxruntime for .onnx, ai-edge-litert for .tflite")
+    r.add_argument("--threads", type=_positive(int), default=1)
+    r.add_argument("--warmup", type=_non_negative, default=10, help="untimed runs before timing (default 10)")
+    r.add_argument("--runs", type=_positive(int), default=100, help="timed runs (default 100)")
+    r.add_argument("--duration", type=_positive(float), help="time runs for this many seconds instead of --runs")
+    r.add_argument("--batch", type=_positive(int), default=1, help="sequences per timed call (default 1)")
+    r.add_argument("--pad-to", type=_positive(int), help="pad every input to this length (default: true length)")
+    r.add_argument("--truncate", action="store_true", help="cut inputs longer than the model accepts, not fail")
+    r.add_argument("--manifest", help="manifest.json to verify against (default: the one beside the model)")
+    r.add_argument("--logits", action="store_true", help="store every example's logits in the JSON")
+    r.add_argument("--emulated", action="store_true", help="mark the run as emulated: timings are not device latency")
+    r.add_argument("--timeout", type=_positive(float), help="give up after this many seconds")
+    r.add_argument("--json", help="write the result here (default: print it)")
+    pr = sub.add_parser("probe", help="print which of numpy and the runtimes import here, as JSON")
+    pr.add_argument("--backends", default="onnxruntime,litert,tflite-runtime",
+                    help="comma-separated runtimes to check (numpy is always checked)")
+    return p
+
+
+def _summary(result: dict) -> str:
+    lat = result["latency_ms"]
+    score = next((f"{k} {result[k]:.4f}" for k in ("accuracy", "pearson") if k in result), "no metric")
+    tag = " (emulated)" if result["emulated"] else ""
+    return (f"{result['model']['file']} on {result['runtime']['backend']}{tag}: p50 {lat['p50']:.3f} ms, "
+            f"p90 {lat['p90']:.3f} ms, {result['throughput']:.1f} seq/s, {score} on {result['n_examples']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "probe":
+            from . import probe
+            names = ["numpy"] + [b for b in args.backends.split(",") if b]
+            unknown = [b for b in names if b not in probe.MODULES]
+            if unknown:
+                raise HarnessError(f"unknown backend {unknown[0]!r}: use {', '.join(BACKENDS)}")
+            return probe.main(names)
+        try:
+            from . import harness
+        except ImportError as e:
+            raise HarnessError(f"the harness needs numpy ({e}): pip install numpy") from None
+        result = harness.run(args)
+        if args.json:
+            harness.write(result, args.json)
+            print(_summary(result))
+        else:
+            import json
+            print(json.dumps(result, indent=1))
+    except HarnessError as e:
+        print(f"device_tests: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("device_tests: interrupted; no results were written", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,195 @@
+"""One benchmark run: load, cold first inference, warmup, timed runs, then the metric in a separate
+untimed pass over the whole eval set (as MLPerf keeps accuracy and performance runs apart)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import signal
+import sys
+import time
+
+import numpy as np
+
+from . import HarnessError, __version__, backends, device, manifest
+from .evalset import EvalSet, metric
+
+
+class _Clock:
+    """Tracks the current phase so a --timeout names where the run stopped."""
+
+    def __init__(self, timeout: float | None):
+        self.phase = "start"
+        if timeout:
+            signal.signal(signal.SIGALRM, self._expired)
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            self.timeout = timeout
+
+    def _expired(self, *_):
+        raise HarnessError(f"timed out after {self.timeout:g} s during {self.phase}; no results were written "
+                           "(raise --timeout or lower --runs)")
+
+    @staticmethod
+    def stop():
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def peak_rss_mb() -> float:
+    """VmHWM (peak resident memory) of this process; ru_maxrss where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def latency_stats(ms: list[float]) -> dict:
+    a = np.asarray(ms, dtype=np.float64)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"min": float(a.min()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
+            "max": float(a.max()), "mean": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0}
+
+
+class _Inputs:
+    """Batches of the eval set at their true length (or --pad-to), cut to what the model accepts."""
+
+    def __init__(self, data: EvalSet, model, batch: int, pad_to: int | None, truncate: bool):
+        self.data, self.model, self.batch, self.pad_to, self.truncate = data, model, batch, pad_to, truncate
+        self.truncated = set()
+        limit = model.max_length
+        if pad_to and limit and pad_to > limit:
+            raise HarnessError(f"--pad-to {pad_to} exceeds the model's longest signature ({limit})")
+
+    def rows(self, i: int) -> list[int]:
+        return [(i * self.batch + j) % self.data.n for j in range(self.batch)]
+
+    def feeds(self, rows: list[int]) -> dict:
+        need = int(self.data.lengths[rows].max())
+        length = self.pad_to or need
+        limit = self.pad_to or self.model.max_length
+        if limit and need > limit:
+            if not self.truncate:
+                where = f"--pad-to {self.pad_to}" if self.pad_to else f"the longest signature ({limit} tokens)"
+                raise HarnessError(f"example {rows[0]} has {need} tokens, more than {where}: export a longer "
+                                   "signature or pass --truncate")
+            self.truncated.update(r for r in rows if self.data.lengths[r] > limit)
+            length = limit
+        return self.data.batch(rows, length)
+
+
+def _timed(model, inputs: _Inputs, clock: _Clock, warmup: int, runs: int, duration: float | None) -> list[float]:
+    clock.phase = "warmup"
+    for i in range(warmup):
+        model.infer(model.prepare(inputs.feeds(inputs.rows(i))))
+    clock.phase = "timed runs"
+    ms, i, start = [], 0, time.perf_counter()
+    while (time.perf_counter() - start < duration) if duration else (i < runs):
+        prepared = model.prepare(inputs.feeds(inputs.rows(warmup + i)))
+        t0 = time.perf_counter_ns()
+        model.infer(prepared)
+        ms.append((time.perf_counter_ns() - t0) / 1e6)
+        i += 1
+    return ms
+
+
+def _evaluate(model, data: EvalSet, pad_to: int | None, truncate: bool) -> tuple[np.ndarray, _Inputs]:
+    """Logits of every example, batch 1, in order: the untimed accuracy pass."""
+    inputs = _Inputs(data, model, 1, pad_to, truncate)
+    return np.concatenate([model.infer(model.prepare(inputs.feeds([r]))) for r in range(data.n)]), inputs
+
+
+def run(args) -> dict:
+    """Everything `python -m device_tests run` measures, as the result dict."""
+    clock = _Clock(args.timeout)
+    clock.phase = "checking files"
+    for path, what in ((args.model, "--model"), (args.inputs, "--inputs")):
+        if not os.path.isfile(path):
+            raise HarnessError(f"{what} {path} does not exist")
+    digest = manifest.sha256(args.model)
+    found = manifest.find(args.model, args.manifest)
+    if found:
+        manifest.verify(found, args.model, digest, required=True)
+        manifest.verify(found, args.inputs, manifest.sha256(args.inputs), required=False)
+    data = EvalSet(args.inputs)
+    backend = args.backend or backends.default_backend(args.model)
+
+    clock.phase = "loading the model"
+    t0 = time.perf_counter()
+    model = backends.load(args.model, backend, args.threads)
+    load_ms = (time.perf_counter() - t0) * 1000
+    missing = [n for n in model.names if n not in data.arrays]
+    if missing:
+        raise HarnessError(f"the model needs {missing} but {args.inputs} lacks them: re-export the eval set")
+    batch = args.batch
+    if model.batch_size and batch != model.batch_size:
+        raise HarnessError(f"{args.model} has batch {model.batch_size} signatures: use --batch {model.batch_size}")
+    inputs = _Inputs(data, model, batch, args.pad_to, args.truncate)
+
+    clock.phase = "first inference"
+    prepared = model.prepare(inputs.feeds(inputs.rows(0)))
+    t0 = time.perf_counter_ns()
+    model.infer(prepared)
+    first_ms = (time.perf_counter_ns() - t0) / 1e6
+    ms = _timed(model, inputs, clock, args.warmup, args.runs, args.duration)
+
+    clock.phase = "the accuracy pass"
+    logits, eval_inputs = _evaluate(model, data, args.pad_to, args.truncate)
+    clock.stop()
+
+    result = {
+        "harness": __version__,
+        "emulated": args.emulated,
+        "complete": False,
+        "device": device.describe(),
+        "runtime": {"backend": backend, "version": model.version, "numpy": np.__version__,
+                    "python": platform.python_version()},
+        "model": {"file": os.path.basename(args.model), "bytes": os.path.getsize(args.model), "sha256": digest,
+                  "manifest_verified": bool(found)},
+        "settings": {"threads": args.threads, "warmup": args.warmup, "runs": len(ms), "duration_s": args.duration,
+                     "batch": batch, "pad_to": args.pad_to, "truncate": args.truncate},
+        "load_ms": load_ms,
+        "first_inference_ms": first_ms,
+        "latency_ms": latency_stats(ms),
+        "throughput": batch * len(ms) / (sum(ms) / 1000),
+        "peak_rss_mb": peak_rss_mb(),
+        "n_examples": data.n,
+        "warnings": list(model.warnings),
+    }
+    if isinstance(model, backends.TFLite):
+        lengths = [args.pad_to] if args.pad_to else [min(int(n), model.max_length) for n in data.lengths]
+        result["signatures_used"] = sorted({model.signature_for(n) for n in lengths})
+    if data.labels is not None:
+        scores, predictions = metric(logits, data.labels)
+        result.update(scores)
+        result["predictions"] = predictions
+    else:
+        result["warnings"].append(f"{args.inputs} has no labels: no task metric")
+    if args.logits:
+        result["logits"] = logits.astype(np.float64).tolist()
+    truncated = inputs.truncated | eval_inputs.truncated
+    if truncated:
+        result["warnings"].append(f"{len(truncated)} examples were truncated (--truncate): the metric is not "
+                                  "the full-length one")
+    if args.emulated:
+        result["warnings"].append("emulated run: timings are not device latency")
+    result["complete"] = True
+    return result
+
+
+def write(result: dict, path: str) -> None:
+    """Write atomically: a reader never sees a half-written result."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise HarnessError(f"cannot write {path}: {e.strerror}; free some space or pick another --json") from None

@@ -1,0 +1,228 @@
+"""`edgebert bench`: run the device harness on a model or bundle, on one or more targets, and
+compare results as a markdown table and a self-contained HTML chart.
+
+Emulated runs (qemu) are labeled everywhere and charted apart: their timings are not device latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+from pathlib import Path
+
+from .targets import BenchError, Job, parse
+
+DEFAULT_RUNS = {"warmup": 10, "runs": 100}
+EMULATED_RUNS = {"warmup": 1, "runs": 5}  # emulated float math is 300-500x slower
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def resolve(model_or_bundle, fmt: str | None = None, inputs=None, manifest=None) -> list[tuple[Path, Path, Path | None]]:
+    """(model, eval set, manifest) for each model to bench: every .onnx/.tflite of a bundle, or one file."""
+    path = Path(model_or_bundle)
+    if not path.exists():
+        raise BenchError(f"{path} does not exist: pass a model file or a bundle folder")
+    suffixes = (f".{fmt}",) if fmt else (".onnx", ".tflite")
+    if path.is_dir():
+        models = sorted(p for p in path.iterdir() if p.suffix in suffixes)
+        if not models:
+            raise BenchError(f"bundle {path} has no {' or '.join('*' + s for s in suffixes)} model")
+        folder = path
+    else:
+        if path.suffix not in (".onnx", ".tflite"):
+            raise BenchError(f"{path} is not a .onnx or .tflite model")
+        models, folder = [path], path.parent
+    eval_set = Path(inputs) if inputs else folder / "eval.npz"
+    if not eval_set.is_file():
+        raise BenchError(f"no eval set at {eval_set}: pass --inputs EVAL.npz (written by the exporter)")
+    found = Path(manifest) if manifest else folder / "manifest.json"
+    if manifest and not found.is_file():
+        raise BenchError(f"manifest {found} does not exist: fix --manifest")
+    return [(m, eval_set, found if found.is_file() else None) for m in models]
+
+
+def bench(model_or_bundle, *, target="local", backend=None, fmt=None, threads=1, warmup=None, runs=None,
+          duration=None, batch=1, pad_to=None, truncate=False, inputs=None, manifest=None, logits=False,
+          timeout=None, json_out=None, ssh_key=None, ssh_options=(), remote_python=None, remote_dir=None,
+          benchmark_model=None, signature=None, log=_log) -> dict:
+    """Bench every model of `model_or_bundle` on each target (a name or a list of names).
+
+    Returns {"complete": True, "runs": [one harness result per model and target]}; any failure
+    raises BenchError instead, so a partial set is never returned as complete.
+    """
+    jobs = resolve(model_or_bundle, fmt, inputs, manifest)
+    results = []
+    for name in [target] if isinstance(target, str) else target:
+        t = parse(name, ssh_key=ssh_key, ssh_options=ssh_options, remote_python=remote_python,
+                  remote_dir=remote_dir, benchmark_model=benchmark_model, signature=signature, log=log)
+        counts = EMULATED_RUNS if t.emulated else DEFAULT_RUNS
+        settings = {"threads": threads, "warmup": counts["warmup"] if warmup is None else warmup,
+                    "runs": counts["runs"] if runs is None else runs, "duration": duration, "batch": batch,
+                    "pad_to": pad_to, "truncate": truncate, "logits": logits, "emulated": t.emulated}
+        for model, eval_set, found in jobs:
+            log(f"bench: {model.name} on {t.name}" + (" (emulated: timings are not device latency)" if t.emulated else ""))
+            result = t.run(Job(model, eval_set, found, backend, settings, timeout))
+            result["target"] = t.name
+            result["emulated"] = bool(result.get("emulated")) or t.emulated
+            results.append(result)
+    report = {"complete": True, "runs": results}
+    if json_out:
+        Path(json_out).write_text(json.dumps(report, indent=1))
+    return report
+
+
+def load(paths) -> list[dict]:
+    """Results from bench JSONs ({"runs": [...]}) or single harness JSONs; incomplete ones refused."""
+    runs = []
+    for p in paths:
+        try:
+            data = json.loads(Path(p).read_text())
+        except (OSError, ValueError) as e:
+            raise BenchError(f"cannot read result {p} ({e}): pass JSON files written by edgebert bench") from None
+        for r in data.get("runs", [data]) if isinstance(data, dict) else []:
+            if r.get("complete") is not True or "latency_ms" not in r:
+                raise BenchError(f"{p} holds an incomplete result: re-run it; partial results are not compared")
+            runs.append(r)
+    if not runs:
+        raise BenchError("no results to compare: pass JSON files written by edgebert bench")
+    return runs
+
+
+def _label(r: dict) -> str:
+    return f"{r['model']['file']} · {r['runtime']['backend']} · {r.get('target', 'local')}"
+
+
+def _ms(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def table(runs: list[dict]) -> str:
+    """A markdown table, one row per result; emulated latencies carry a marker and a footnote."""
+    head = "| model · backend · target | device | p50 ms | p90 ms | p99 ms | seq/s | metric | MB | peak RSS MB |"
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in runs:
+        lat, mark = r["latency_ms"], "*" if r["emulated"] else ""
+        metric = next((f"{k} {r[k]:.4f}" for k in ("accuracy", "pearson") if k in r), "none")
+        dev = r.get("device", {})
+        device = f"{dev.get('architecture', '?')} {dev.get('cpu_model', '')}".strip()
+        size = r["model"].get("bytes")
+        rss = r.get("peak_rss_mb")
+        rows.append(f"| {_label(r)} | {device} | {_ms(lat['p50'])}{mark} | {_ms(lat['p90'])}{mark} | "
+                    f"{_ms(lat['p99'])}{mark} | {r['throughput']:.1f}{mark} | {metric} | "
+                    f"{size / 1e6:.2f} | {'n/a' if rss is None else f'{rss:.0f}'} |")
+    if any(r["emulated"] for r in runs):
+        rows.append("\n\\* emulated (qemu): not device latency; compare emulated runs only with each other.")
+    return "\n".join(rows)
+
+
+def _svg(runs: list[dict], title: str) -> str:
+    """Horizontal bars of p50 latency with a p90 whisker, on a scale of their own."""
+    width, left, bar, gap = 760, 330, 18, 10
+    top = 30
+    height = top + len(runs) * (bar + gap) + 20
+    peak = max((r["latency_ms"]["p90"] or r["latency_ms"]["p50"]) for r in runs) or 1
+    scale = (width - left - 90) / peak
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
+             f'<text x="0" y="18" font-weight="bold">{html.escape(title)}</text>']
+    for i, r in enumerate(runs):
+        y = top + i * (bar + gap)
+        p50, p90 = r["latency_ms"]["p50"], r["latency_ms"]["p90"]
+        color = "#c77c2e" if r["emulated"] else "#2e6fc7"
+        parts.append(f'<text x="{left - 8}" y="{y + 13}" text-anchor="end" font-size="12">{html.escape(_label(r))}</text>')
+        parts.append(f'<rect x="{left}" y="{y}" width="{p50 * scale:.1f}" height="{bar}" fill="{color}"/>')
+        if p90 is not None:
+            x = left + p90 * scale
+            parts.append(f'<line x1="{left + p50 * scale:.1f}" y1="{y + bar / 2}" x2="{x:.1f}" y2="{y + bar / 2}" '
+                         f'stroke="#333"/><line x1="{x:.1f}" y1="{y + 3}" x2="{x:.1f}" y2="{y + bar - 3}" stroke="#333"/>')
+        parts.append(f'<text x="{left + max(p50, p90 or 0) * scale + 6:.1f}" y="{y + 13}" font-size="12">'
+                     f'{p50:.3f} ms</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def write_report(runs: list[dict], prefix) -> tuple[Path, Path]:
+    """PREFIX.md (the table) and PREFIX.html (table + chart, inline SVG, readable offline)."""
+    prefix = Path(prefix)
+    md, page = prefix.with_suffix(".md"), prefix.with_suffix(".html")
+    md.write_text("# edgebert bench\n\n" + table(runs) + "\n")
+    charts = []
+    for emulated, title in ((False, "p50 latency (bar) and p90 (whisker), ms"),
+                            (True, "EMULATED (qemu) p50 / p90, ms: not device latency")):
+        group = [r for r in runs if r["emulated"] == emulated]
+        if group:
+            charts.append(_svg(group, title))
+    rows = []
+    for line in table(runs).splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            tag = "th" if not rows else "td"
+            rows.append("<tr>" + "".join(f"<{tag}>{html.escape(c.strip())}</{tag}>" for c in line.strip("|").split("|"))
+                        + "</tr>")
+    note = "<p>* emulated (qemu): not device latency.</p>" if any(r["emulated"] for r in runs) else ""
+    page.write_text("<!doctype html><meta charset='utf-8'><title>edgebert bench</title>"
+                    "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}"
+                    "table{border-collapse:collapse}</style><h1>edgebert bench</h1>"
+                    f"<table>{''.join(rows)}</table>{note}" + "".join(f"<p>{c}</p>" for c in charts) + "\n")
+    return md, page
+
+
+def _run(args: argparse.Namespace) -> None:
+    if not args.model and not args.compare:
+        raise BenchError("nothing to bench: pass a model or bundle, or --compare A.json B.json")
+    runs = []
+    if args.model:
+        runs = bench(args.model, target=args.target or ["local"], backend=args.backend, fmt=args.format,
+                     threads=args.threads, warmup=args.warmup, runs=args.runs, duration=args.duration,
+                     batch=args.batch, pad_to=args.pad_to, truncate=args.truncate, inputs=args.inputs,
+                     manifest=args.manifest, logits=args.logits, timeout=args.timeout, json_out=args.json,
+                     ssh_key=args.ssh_key, ssh_options=args.ssh_option, remote_python=args.remote_python,
+                     remote_dir=args.remote_dir, benchmark_model=args.benchmark_model,
+                     signature=args.signature)["runs"]
+    if args.compare:
+        runs += load(args.compare)
+    print(table(runs))
+    if len(runs) > 1 or args.report:
+        prefix = args.report or (Path(args.json).with_suffix("") if args.json else Path("edgebert-bench"))
+        md, page = write_report(runs, prefix)
+        print(f"\ncomparison: {md}, chart: {page}")
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add `bench` to the edgebert CLI's subparsers."""
+    p = subparsers.add_parser("bench", help="time and score a model on this machine, a board, a phone or qemu",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("model", nargs="?", help="a model (.onnx/.tflite) or a bundle folder (model.*, eval.npz, manifest.json)")
+    p.add_argument("--target", action="append", help="local (default), ssh://user@host[:port], adb[:serial], "
+                   "qemu-aarch64[:cpu] (cortex-a72, cortex-a76, neoverse-n1); repeat for several")
+    p.add_argument("--format", choices=("onnx", "tflite"), help="bench only this format of a bundle")
+    p.add_argument("--backend", choices=("onnxruntime", "litert", "tflite-runtime"),
+                   help="default: onnxruntime for .onnx, ai-edge-litert (else tflite-runtime) for .tflite")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, help="untimed runs (default 10; 1 under emulation)")
+    p.add_argument("--runs", type=int, help="timed runs (default 100; 5 under emulation)")
+    p.add_argument("--duration", type=float, help="time runs for this many seconds instead of --runs")
+    p.add_argument("--batch", type=int, default=1, help="sequences per timed call (default 1)")
+    p.add_argument("--pad-to", type=int, help="pad every input to this length (default: each example's length)")
+    p.add_argument("--truncate", action="store_true", help="cut inputs longer than the model accepts")
+    p.add_argument("--inputs", help="eval.npz (default: the bundle's or the one beside the model)")
+    p.add_argument("--manifest", help="manifest.json to verify against (default: the bundle's)")
+    p.add_argument("--logits", action="store_true", help="keep every example's logits in the JSON")
+    p.add_argument("--timeout", type=float,
+                   help="seconds the harness may run (it stops itself); copies and probes get 30 s more")
+    p.add_argument("--json", help="write all results here")
+    p.add_argument("--report", help="write PREFIX.md and PREFIX.html (default with several results: "
+                   "beside --json, else ./edgebert-bench)")
+    p.add_argument("--compare", nargs="+", metavar="JSON", help="results of earlier runs to compare")
+    p.add_argument("--ssh-key", help="private key for ssh targets (default: ssh config)")
+    p.add_argument("--ssh-option", action="append", default=[], help="extra ssh -o option, e.g. Port=2222")
+    p.add_argument("--remote-python", help="Python on the target (ssh default python3; adb: use it instead of "
+                   "benchmark_model)")
+    p.add_argument("--remote-dir", help="work folder on an ssh target (default /tmp/edgebert)")
+    p.add_argument("--benchmark-model", help="adb: TFLite benchmark_model binary to push")
+    p.add_argument("--signature", help="adb benchmark_model: the signature to time (default: fits the median length)")
+    p.set_defaults(run=_run)
+    return p

@@ -1,0 +1,115 @@
+"""The adb target against a fake `adb` on PATH that runs push/pull/shell locally under a fake
+/data/local/tmp, so the real command lines and the benchmark_model parsing are exercised."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+from test_device_harness import tiny  # noqa: F401  (the shared session fixture)
+
+from edgebert.bench import bench
+from edgebert.targets import BenchError, parse_benchmark_model
+
+FAKE_ADB = r'''#!PYTHON
+"""A fake adb: -s SERIAL, push, pull and shell, with /data/local/tmp mapped under $FAKE_ADB_ROOT."""
+import os, shutil, subprocess, sys
+root, args = os.environ["FAKE_ADB_ROOT"], sys.argv[1:]
+with open(os.path.join(root, "adb.log"), "a") as log:
+    log.write(" ".join(args) + "\n")
+if args[0] == "-s":
+    if args[1] != os.environ.get("FAKE_ADB_SERIAL"):
+        sys.exit(f"adb: device '{args[1]}' not found")
+    args = args[2:]
+local = lambda p: p.replace("/data/local/tmp", root + "/data/local/tmp")
+if args[0] == "push":
+    src, dst = args[1], local(args[2])
+    if dst.endswith("/"):
+        dst = os.path.join(dst, os.path.basename(src.rstrip("/")))
+    (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, dst)
+elif args[0] == "pull":
+    shutil.copy(local(args[1]), args[2])
+elif args[0] == "shell":
+    sys.exit(subprocess.run(["sh", "-c", local(args[1])]).returncode)
+'''
+
+FAKE_BENCHMARK_MODEL = r'''#!/bin/sh
+echo "$@" > "$(dirname "$0")/benchmark_model.args"
+cat <<'LOG'
+INFO: STARTING!
+INFO: Num threads: [1]
+INFO: Created TensorFlow Lite XNNPACK delegate for CPU.
+INFO: Initialized session in 3.2ms.
+INFO: Running benchmark for at least 1 iterations and at least 0.5 seconds but terminate if exceeding 150 seconds.
+INFO: count=4123 first=112 curr=98 min=95 max=412 avg=101.3 std=12 p5=96 median=99 p95=110
+
+INFO: Running benchmark for at least 50 iterations and at least 1 seconds but terminate if exceeding 150 seconds.
+INFO: count=9876 first=101 curr=99 min=94 max=388 avg=100.2 std=10 p5=95 median=99.5 p95=108
+
+INFO: Inference timings in us: Init: 3200, First inference: 112, Warmup (avg): 101.3, Inference (avg): 100.2
+INFO: Memory footprint delta from the start of the tool (MB): init=2.5 overall=3.1
+INFO: Overall peak memory footprint (MB) via periodic monitoring: 9.8
+LOG
+'''
+
+
+@pytest.fixture
+def adb(tmp_path, monkeypatch):
+    """A fake adb first on PATH; the phone's /data/local/tmp lives under tmp_path/phone."""
+    bin_dir, phone = tmp_path / "bin", tmp_path / "phone"
+    bin_dir.mkdir()
+    (phone / "data" / "local" / "tmp" / "edgebert").mkdir(parents=True)
+    (bin_dir / "adb").write_text(FAKE_ADB.replace("PYTHON", sys.executable))
+    (bin_dir / "adb").chmod(0o755)
+    tool = tmp_path / "benchmark_model"
+    tool.write_text(FAKE_BENCHMARK_MODEL)
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_ADB_ROOT", str(phone))
+    monkeypatch.setenv("FAKE_ADB_SERIAL", "emulator-5554")
+    return {"phone": phone / "data" / "local" / "tmp" / "edgebert", "tool": tool, "log": phone / "adb.log"}
+
+
+def test_adb_benchmark_model_latency_only(tiny, adb):  # noqa: F811
+    report = bench(tiny["bundle"], fmt="tflite", target="adb:emulator-5554", benchmark_model=str(adb["tool"]),
+                   threads=2, warmup=3, runs=50)
+    (r,) = report["runs"]
+    assert r["complete"] and r["runtime"]["backend"] == "benchmark_model" and "accuracy" not in r
+    assert any("latency only" in w for w in r["warnings"])
+    assert r["latency_ms"]["p50"] == pytest.approx(0.0995) and r["latency_ms"]["min"] == pytest.approx(0.094)
+    assert r["latency_ms"]["p90"] is None and r["latency_ms"]["mean"] == pytest.approx(0.1002)
+    assert r["load_ms"] == pytest.approx(3.2) and r["first_inference_ms"] == pytest.approx(0.112)
+    assert r["peak_rss_mb"] == pytest.approx(9.8) and r["settings"]["runs"] == 9876
+    args = (adb["phone"] / "benchmark_model.args").read_text().split()
+    median = int(np.median(np.load(tiny["bundle"] / "eval.npz")["lengths"]))
+    expected = min(t for t in (16, 32, 64) if t >= median)
+    assert "--graph=/data/local/tmp/edgebert/bench/model.tflite" in adb["log"].read_text()  # what the phone saw
+    assert {"--num_threads=2", "--warmup_runs=3", "--num_runs=50",
+            f"--signature_to_run_for_benchmark=seq_{expected}"} <= set(args)
+    assert "-s emulator-5554 push" in adb["log"].read_text()
+
+
+def test_adb_with_remote_python_runs_the_harness(tiny, adb, tmp_path):  # noqa: F811
+    report = bench(tiny["bundle"] / "model.onnx", target="adb:emulator-5554", remote_python=sys.executable,
+                   warmup=1, runs=5, json_out=tmp_path / "r.json")
+    (r,) = report["runs"]
+    assert r["complete"] and r["accuracy"] >= 0 and r["target"] == "adb:emulator-5554"
+    assert (adb["phone"] / "bench" / "device_tests" / "harness.py").exists()
+    assert json.loads((tmp_path / "r.json").read_text())["complete"]
+
+
+def test_adb_errors_are_one_line(tiny, adb):  # noqa: F811
+    with pytest.raises(BenchError, match="benchmark_model runs .tflite only"):
+        bench(tiny["bundle"] / "model.onnx", target="adb:emulator-5554")
+    with pytest.raises(BenchError, match="not found"):
+        bench(tiny["bundle"] / "model.tflite", target="adb:R58M123", benchmark_model=str(adb["tool"]))
+    with pytest.raises(BenchError, match="no /data/local/tmp/edgebert/benchmark_model on the device"):
+        bench(tiny["bundle"] / "model.tflite", target="adb:emulator-5554")
+
+
+def test_benchmark_model_cut_short_is_not_a_result():
+    with pytest.raises(BenchError, match="did not finish"):
+        parse_benchmark_model("INFO: STARTING!\nINFO: count=3 first=1 min=1 max=2 avg=1.5 std=0\n")

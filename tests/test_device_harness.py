@@ -1,0 +1,297 @@
+"""The on-device harness run locally on real ONNX and TFLite models, and its failure modes."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = ("input_ids", "attention_mask", "token_type_ids")
+VOCAB, DIM, LENGTHS = 200, 64, (16, 32, 64)
+
+
+def _tiny_module():
+    import torch
+
+    class Tiny(torch.nn.Module):
+        """Embedding + masked mean pool + MLP: enough weights for dynamic INT8 to quantize."""
+
+        def __init__(self):
+            super().__init__()
+            self.emb, self.typ = torch.nn.Embedding(VOCAB, DIM), torch.nn.Embedding(2, DIM)
+            self.hidden, self.out = torch.nn.Linear(DIM, DIM), torch.nn.Linear(DIM, 2)
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            h = self.emb(input_ids) + self.typ(token_type_ids)
+            m = attention_mask.unsqueeze(-1).to(h.dtype)
+            pooled = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+            return self.out(torch.relu(self.hidden(pooled)))
+
+    torch.manual_seed(0)
+    return Tiny().eval()
+
+
+def reference_logits(module, data) -> np.ndarray:
+    """The tiny model's logits computed in numpy from its weights, at each example's true length."""
+    w = {k: v.detach().numpy().astype(np.float64) for k, v in module.state_dict().items()}
+    out = []
+    for ids, tt, n in zip(data["input_ids"], data["token_type_ids"], data["lengths"]):
+        pooled = (w["emb.weight"][ids[:n]] + w["typ.weight"][tt[:n]]).mean(0)
+        hidden = np.maximum(w["hidden.weight"] @ pooled + w["hidden.bias"], 0)
+        out.append(w["out.weight"] @ hidden + w["out.bias"])
+    return np.array(out)
+
+
+def write_eval(path: Path, n=24, t=48, seed=0, labels=True) -> dict:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, t + 1, n).astype(np.int32)
+    data = {k: np.zeros((n, t), np.int32) for k in NAMES}
+    for i, length in enumerate(lengths):
+        data["input_ids"][i, :length] = rng.integers(1, VOCAB, length)
+        data["attention_mask"][i, :length] = 1
+        data["token_type_ids"][i, length // 2:length] = 1
+    data["lengths"] = lengths
+    if labels:
+        data["labels"] = rng.integers(0, 2, n).astype(np.int64)
+    np.savez(path, **data)
+    return data
+
+
+def write_manifest(folder: Path) -> None:
+    files = {p.name: {"sha256": hashlib.sha256(p.read_bytes()).hexdigest(), "bytes": p.stat().st_size}
+             for p in sorted(folder.iterdir()) if p.name != "manifest.json"}
+    (folder / "manifest.json").write_text(json.dumps({"files": files}))
+
+
+def build(folder: Path) -> dict:
+    """bundle/ (model.onnx, model.tflite with seq_16/32/64 signatures, eval.npz, manifest.json) and
+    int8/ (the TFLite quantized with ai-edge-quantizer dynamic_wi8_afp32)."""
+    import litert_torch
+    import torch
+    from ai_edge_quantizer import quantizer, recipe
+
+    module = _tiny_module()
+    bundle, int8 = folder / "bundle", folder / "int8"
+    bundle.mkdir(parents=True)
+    int8.mkdir()
+    sample = {k: torch.ones(1, 8, dtype=torch.long) for k in NAMES}
+    torch.onnx.export(module, tuple(sample.values()), str(bundle / "model.onnx"), input_names=list(NAMES),
+                      output_names=["logits"], dynamic_axes={k: {0: "batch", 1: "seq"} for k in NAMES},
+                      opset_version=17, dynamo=False)
+    converter = None
+    for t in LENGTHS:
+        kwargs = {k: torch.ones(1, t, dtype=torch.int32) for k in NAMES}
+        converter = (litert_torch.signature if converter is None else converter.signature)(
+            f"seq_{t}", module, sample_kwargs=kwargs)
+    converter.convert().export(str(bundle / "model.tflite"))
+    q = quantizer.Quantizer(str(bundle / "model.tflite"))
+    q.load_quantization_recipe(recipe.dynamic_wi8_afp32())
+    (int8 / "model.tflite").write_bytes(q.quantize().quantized_model)
+    data = write_eval(bundle / "eval.npz")
+    shutil.copy(bundle / "eval.npz", int8 / "eval.npz")
+    write_manifest(bundle)
+    np.save(folder / "reference.npy", reference_logits(module, data))
+    (folder / "done").touch()
+    return paths(folder)
+
+
+def paths(folder: Path) -> dict:
+    return {"bundle": folder / "bundle", "int8": folder / "int8", "reference": np.load(folder / "reference.npy")}
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict:
+    """Built once per session, shared by every test_device_* module through the session's base temp."""
+    folder = tmp_path_factory.getbasetemp() / "tiny-models"
+    if (folder / "done").exists():
+        return paths(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    return build(folder)
+
+
+def harness(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
+    """`python -m device_tests ...` in a subprocess, one thread, as on a device."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "device_tests", *map(str, args)], capture_output=True,
+                          text=True, env=env, cwd=cwd or ROOT, timeout=300, check=False)
+
+
+def run_ok(model, inputs, out, *extra) -> dict:
+    proc = harness("run", "--model", model, "--inputs", inputs, "--json", out, "--warmup", 2, "--runs", 20, *extra)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(Path(out).read_text())
+
+
+def run_error(*args, **kw) -> str:
+    """The one error line of a failing run; fails the test on a traceback or a written result."""
+    proc = harness(*args, **kw)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("device_tests: error:")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", ["model.onnx", "model.tflite"])
+def test_local_run_measures_and_scores(tiny, tmp_path, name):
+    bundle = tiny["bundle"]
+    r = run_ok(bundle / name, bundle / "eval.npz", tmp_path / "r.json", "--logits")
+    assert r["complete"] is True and r["emulated"] is False
+    assert set(r["latency_ms"]) == {"min", "p50", "p90", "p99", "max", "mean", "std"}
+    lat = r["latency_ms"]
+    assert 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert r["settings"]["runs"] == 20 and r["throughput"] > 0 and r["peak_rss_mb"] > 0
+    assert r["load_ms"] > 0 and r["first_inference_ms"] > 0
+    assert r["model"]["sha256"] == hashlib.sha256((bundle / name).read_bytes()).hexdigest()
+    assert r["model"]["manifest_verified"] is True
+    dev = r["device"]
+    assert dev["architecture"] and dev["cores"] >= 1 and isinstance(dev["isa_features"], list)
+    assert r["runtime"]["backend"] == ("onnxruntime" if name.endswith("onnx") else "litert")
+    ref = tiny["reference"]
+    np.testing.assert_allclose(np.array(r["logits"]), ref, atol=1e-4)
+    labels = np.load(bundle / "eval.npz")["labels"]
+    assert r["n_examples"] == len(labels)
+    assert r["predictions"] == ref.argmax(1).tolist()
+    assert r["accuracy"] == pytest.approx(float((ref.argmax(1) == labels).mean()))
+
+
+def test_tflite_picks_smallest_signature_and_matches_unpadded(tiny, tmp_path):
+    bundle = tiny["bundle"]
+    onnx = run_ok(bundle / "model.onnx", bundle / "eval.npz", tmp_path / "o.json", "--logits")
+    lite = run_ok(bundle / "model.tflite", bundle / "eval.npz", tmp_path / "t.json", "--logits")
+    lengths = np.load(bundle / "eval.npz")["lengths"]
+    expected = {f"seq_{min(t for t in LENGTHS if t >= n)}" for n in lengths}
+    assert lite["signatures_used"] == sorted(expected)
+    np.testing.assert_allclose(lite["logits"], onnx["logits"], atol=1e-5)
+
+
+def test_pad_to_and_batch(tiny, tmp_path):
+    bundle = tiny["bundle"]
+    r = run_ok(bundle / "model.onnx", bundle / "eval.npz", tmp_path / "r.json", "--pad-to", 64, "--batch", 4,
+               "--logits")
+    assert r["settings"]["batch"] == 4 and r["settings"]["pad_to"] == 64
+    np.testing.assert_allclose(r["logits"], tiny["reference"], atol=1e-4)
+    lite = run_ok(bundle / "model.tflite", bundle / "eval.npz", tmp_path / "t.json", "--pad-to", 64)
+    assert lite["signatures_used"] == ["seq_64"]
+
+
+def test_duration_mode(tiny, tmp_path):
+    bundle = tiny["bundle"]
+    r = run_ok(bundle / "model.onnx", bundle / "eval.npz", tmp_path / "r.json", "--duration", 0.5)
+    assert r["settings"]["duration_s"] == 0.5 and r["settings"]["runs"] > 1
+
+
+def test_too_long_for_signatures_fails_unless_truncate(tiny, tmp_path):
+    data = write_eval(tmp_path / "long.npz", n=6, t=80, seed=3)
+    assert data["lengths"].max() > 64
+    model = tiny["bundle"] / "model.tflite"
+    line = run_error("run", "--model", model, "--inputs", tmp_path / "long.npz", "--manifest",
+                     tiny["bundle"] / "manifest.json", "--json", tmp_path / "r.json")
+    assert "longest signature (64 tokens)" in line and "--truncate" in line
+    assert not (tmp_path / "r.json").exists()
+    r = run_ok(model, tmp_path / "long.npz", tmp_path / "r.json", "--truncate")
+    assert r["complete"] and any("truncated" in w for w in r["warnings"])
+
+
+def test_manifest_mismatch_is_one_line(tiny, tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(tiny["bundle"], bundle)
+    data = bytearray((bundle / "model.onnx").read_bytes())
+    data[-1] ^= 1
+    (bundle / "model.onnx").write_bytes(bytes(data))
+    line = run_error("run", "--model", bundle / "model.onnx", "--inputs", bundle / "eval.npz",
+                     "--json", tmp_path / "r.json")
+    assert "sha256" in line and "does not match the manifest" in line
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_missing_runtime_is_one_line(tiny, tmp_path):
+    bundle = tiny["bundle"]
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "onnxruntime.py").write_text("raise ImportError('onnxruntime is not installed here')\n")
+    line = run_error("run", "--model", bundle / "model.onnx", "--inputs", bundle / "eval.npz",
+                     env={"PYTHONPATH": f"{blocker}{os.pathsep}{ROOT}"})
+    assert "onnxruntime cannot be imported" in line and "pip install onnxruntime" in line
+
+
+@pytest.mark.parametrize("broken, message", [
+    ({"drop": "lengths"}, "lacks lengths"),
+    ({"lengths": 999}, "lengths must be"),
+    ({"labels_shape": True}, "labels has shape"),
+])
+def test_bad_eval_set_is_one_line(tiny, tmp_path, broken, message):
+    data = dict(np.load(tiny["bundle"] / "eval.npz"))
+    if "drop" in broken:
+        del data[broken["drop"]]
+    if "lengths" in broken:
+        data["lengths"][0] = broken["lengths"]
+    if "labels_shape" in broken:
+        data["labels"] = data["labels"][:-1]
+    np.savez(tmp_path / "bad.npz", **data)
+    line = run_error("run", "--model", tiny["bundle"] / "model.onnx", "--inputs", tmp_path / "bad.npz")
+    assert message in line
+
+
+def test_timeout_is_one_line(tiny):
+    bundle = tiny["bundle"]
+    line = run_error("run", "--model", bundle / "model.onnx", "--inputs", bundle / "eval.npz",
+                     "--duration", 30, "--timeout", 1)
+    assert "timed out after 1 s during timed runs" in line
+
+
+def test_probe_reports_runtimes():
+    proc = harness("probe", "--backends", "onnxruntime,litert")
+    report = json.loads(proc.stdout)
+    assert report["found"]["numpy"] and report["found"]["onnxruntime"] and report["found"]["litert"]
+
+
+FORBIDDEN = {"torch", "transformers", "edgebert", "export", "quantize", "tensorflow"}
+
+
+def test_harness_imports_only_numpy_and_runtimes():
+    """Static check: every import in device_tests/ is the stdlib, numpy, a runtime or itself."""
+    allowed = set(sys.stdlib_module_names) | {"numpy", "onnxruntime", "ai_edge_litert", "tflite_runtime"}
+    for path in (ROOT / "device_tests").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            if getattr(call.func, "attr", "") == "import_module" and isinstance(call.args[0], ast.Constant):
+                assert call.args[0].value.split(".")[0] in allowed
+
+
+@pytest.mark.parametrize("name", ["model.onnx", "model.tflite"])
+def test_harness_runs_with_forbidden_modules_blocked(tiny, tmp_path, name):
+    """Dynamic check: a full run with torch, transformers and edgebert made unimportable."""
+    hook = tmp_path / "sitecustomize.py"
+    hook.write_text(
+        "import sys\n"
+        f"FORBIDDEN = {sorted(FORBIDDEN)!r}\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in FORBIDDEN:\n"
+        "            print('FORBIDDEN IMPORT', name, file=sys.stderr)\n"
+        "            raise ImportError('forbidden on a device: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n")
+    bundle = tiny["bundle"]
+    proc = harness("run", "--model", bundle / name, "--inputs", bundle / "eval.npz", "--runs", 5,
+                   "--json", tmp_path / "r.json", env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
+    assert proc.returncode == 0, proc.stderr
+    assert "FORBIDDEN IMPORT" not in proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["complete"] is True
