@@ -1,0 +1,406 @@
+"""The app bundle: the one folder an app developer takes, with what it needs to run and check the model.
+
+    write_bundle("out/sst2", models={"model.onnx": onnx_path, "model.tflite": tflite_path},
+                 tokenizer_dir=checkpoint, labels=["negative", "positive"], eval_arrays=dev,
+                 manifest={"task": "sst2", "quantization": {...}, "stages": [...]})
+
+The folder is filled beside the target and renamed into place, so a crash, a full disk or a bad input
+never leaves a half bundle. Every file but manifest.json is a pure function of the inputs (no
+timestamps, fixed zip dates), so a resumed compile hashes equal to an uninterrupted one;
+manifest.json lists each file's sha256 and bytes, and `verify_bundle` checks them.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import platform
+import shutil
+import tempfile
+import zipfile
+from datetime import datetime, timezone
+from importlib import metadata as dist
+from pathlib import Path
+
+import numpy as np
+
+from edgebert.errors import EdgebertError
+
+from .data import load_arrays
+from .runtime import signature_lengths
+
+FORMAT_VERSION = 1
+MANIFEST, LABELS, EVAL, REPORT = "manifest.json", "labels.txt", "eval.npz", "report.html"
+MEDIAPIPE = "classifier.tflite"
+MODEL_SUFFIXES = (".onnx", ".tflite")
+# Keys write_bundle computes; a caller's manifest may carry anything else (task, quantization, stages...).
+COMPUTED = ("format", "format_version", "labels", "inputs", "eval", "mediapipe", "pareto", "files", "versions",
+            "created")
+VERSIONED = ("edgebert", "torch", "transformers", "tokenizers", "numpy", "onnx", "onnxruntime", "onnxscript",
+             "ai-edge-litert", "litert-torch", "ai-edge-quantizer", "mediapipe")
+STAGE_KEYS = ("name", "params", "bytes", "flops", "metrics", "wall_s")
+POINT_KEYS = ("stage", "format", "latency_ms", "metric", "bytes")
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def write_bundle(out: str | Path, *, models: dict[str, str | Path], tokenizer_dir: str | Path, labels: list[str],
+                 eval_arrays: dict[str, np.ndarray] | str | Path, manifest: dict,
+                 report_points: list[dict] | None = None, max_length: int | None = None,
+                 mediapipe: bool | None = None, force: bool = False) -> Path:
+    """Write the bundle folder `out` atomically; refuse an existing `out` unless `force`.
+
+    models: {bundle file name: source}, names ending .onnx/.tflite. max_length: the input contract's
+    limit (default: the longest TFLite signature, else the tokenizer's positions). mediapipe: also
+    write classifier.tflite (model.tflite's longest signature + MediaPipe metadata) — None = when the
+    model and tokenizer allow it (else the manifest says why not), True = required, False = never.
+    report_points: Pareto-chart points {stage, format, latency_ms, metric, bytes[, metric_name]}."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise EdgebertError(f"{out} is a file, not a bundle folder: pick another --out")
+    if out.exists() and not force:
+        raise EdgebertError(f"{out} already exists: pass force=True (--force) to replace the bundle, "
+                            "or pick another folder")
+    sources = _check_models(models)
+    labels = _check_labels(labels)
+    arrays = load_arrays(eval_arrays, what="eval set")
+    extra = _check_manifest(manifest)
+    points = _check_points(report_points or [])
+    tokenizer_dir = Path(tokenizer_dir)
+    if mediapipe and ("model.tflite" not in sources or not labels):
+        raise EdgebertError("mediapipe=True needs a models entry 'model.tflite' and the class labels "
+                            "to derive classifier.tflite from")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        _fill(tmp, sources, tokenizer_dir, labels, arrays, extra, points, max_length, mediapipe)
+        _publish(tmp, out)
+    except OSError as e:
+        raise EdgebertError(_os_message(e, out)) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list[str], arrays: dict, extra: dict,
+          points: list[dict], max_length: int | None, mediapipe: bool | None) -> None:
+    from edgebert.tokenizer import describe, load_tokenizer, save
+
+    from .report import render
+
+    for name, src in sources.items():
+        shutil.copyfile(src, tmp / name)
+    tokenizer = load_tokenizer(tokenizer_dir)
+    written = {p.name for p in save(tokenizer, tmp)}
+    clash = sorted(written & (set(sources) | {MANIFEST, LABELS, EVAL, REPORT, MEDIAPIPE}))
+    if clash:
+        raise EdgebertError(f"tokenizer file names {clash} clash with bundle files: rename the models")
+    if labels:
+        (tmp / LABELS).write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
+    files = {name: _model_io(tmp / name) for name in sources}
+    tflite = [f for f in files.values() if f["format"] == "tflite"]
+    longest = max((max(f["lengths"]) for f in tflite), default=None)
+    max_length = max_length or longest or _positions(tokenizer, tokenizer_dir)
+    if longest is not None and max_length > longest:
+        raise EdgebertError(f"max_length {max_length} exceeds the longest TFLite signature seq_{longest}: "
+                            "export that length or lower max_length")
+    if int(arrays["lengths"].max()) > max_length:
+        raise EdgebertError(f"eval set has examples of {int(arrays['lengths'].max())} tokens, over max_length "
+                            f"{max_length}: tokenize it with max_length={max_length}")
+    columns = _eval_columns(arrays)
+    _write_npz(tmp / EVAL, columns)
+    record = {"format": "edgebert-bundle", "format_version": FORMAT_VERSION, **extra, "labels": labels,
+              "inputs": {"names": sorted({n for f in files.values() for n in _input_names(f)}, key=_input_order),
+                         "padding": "right-pad to the chosen length: input_ids with tokenizer.pad_id, "
+                                    "attention_mask and token_type_ids with 0",
+                         "max_length": max_length, "tokenizer": describe(tokenizer, max_length),
+                         "tokenizer_files": sorted(written), "files": files},
+              "eval": {"file": EVAL, "examples": len(arrays["lengths"]), "length": int(arrays["input_ids"].shape[1]),
+                       "columns": list(columns)}}
+    if mediapipe is not False and "model.tflite" in sources and labels:
+        record["mediapipe"] = _mediapipe(tmp, labels, required=bool(mediapipe))
+        if "file" in record["mediapipe"]:
+            files[MEDIAPIPE] = _model_io(tmp / MEDIAPIPE)
+    record["pareto"] = points
+    (tmp / REPORT).write_text(render(record, points), encoding="utf-8")
+    record["files"] = {p.name: {"sha256": _sha256(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
+    record["versions"] = versions()
+    record["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    (tmp / MANIFEST).write_text(json.dumps(record, indent=2, default=_plain) + "\n", encoding="utf-8")
+    _permissions(tmp)
+
+
+def _mediapipe(tmp: Path, labels: list[str], required: bool) -> dict:
+    """classifier.tflite for MediaPipe's TextClassifier; when not required, a refusal becomes the reason."""
+    from .mediapipe import add_metadata
+
+    try:
+        return add_metadata(tmp / "model.tflite", tmp / MEDIAPIPE, tokenizer_dir=tmp, labels=labels)
+    except EdgebertError as e:
+        if required:
+            raise
+        return {"skipped": str(e)}
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Rename the finished folder onto `out`; an old bundle is set aside first and restored on failure."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+    os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_bundle(path: str | Path, *, verify: bool = True) -> dict:
+    """The bundle's manifest, after checking every listed file's bytes and sha256 (unless verify=False)."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        raise EdgebertError(f"{path} has no {MANIFEST}: pass a bundle folder written by edgebert")
+    try:
+        record = json.loads(manifest_path.read_text(encoding="utf-8"))
+        entries = {name: (int(e["bytes"]), str(e["sha256"])) for name, e in record["files"].items()}
+        version = int(record.get("format_version", 0))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise EdgebertError(f"{manifest_path} is not a bundle manifest ({type(e).__name__}: {e}): "
+                            "write the bundle again") from None
+    if version > FORMAT_VERSION:
+        raise EdgebertError(f"{path} is bundle format {version}; this edgebert reads up to {FORMAT_VERSION}: "
+                            "upgrade edgebert")
+    if verify:
+        for name, (size, digest) in entries.items():
+            _check_file(path, name, size, digest)
+    return record
+
+
+def verify_bundle(path: str | Path) -> dict:
+    """Check every file against the manifest; raise naming the first that is missing, resized or changed."""
+    return read_bundle(path, verify=True)
+
+
+def _check_file(folder: Path, name: str, size: int, digest: str) -> None:
+    file = folder / name
+    if Path(name).name != name or not file.is_file():
+        raise EdgebertError(f"bundle {folder} lacks {name}, which its manifest lists: copy the whole bundle again")
+    if file.stat().st_size != size:
+        raise EdgebertError(f"{file} is {file.stat().st_size} bytes, the manifest says {size}: the copy is "
+                            "truncated or the file was changed; copy the bundle again")
+    if _sha256(file) != digest:
+        raise EdgebertError(f"{file} sha256 differs from the manifest ({digest[:12]}…): the file was changed "
+                            "after export; copy the bundle again")
+
+
+def versions() -> dict[str, str]:
+    """Python and every installed package that produced or reads the bundle."""
+    found = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            found[name] = dist.version(name)
+        except dist.PackageNotFoundError:
+            continue
+    return found
+
+
+# Input checks: all before anything is written.
+
+
+def _check_models(models: dict) -> dict[str, Path]:
+    if not isinstance(models, dict) or not models:
+        raise EdgebertError("models must be a non-empty dict {bundle file name: path}, e.g. {'model.tflite': path}")
+    sources = {}
+    reserved = (MANIFEST, LABELS, EVAL, REPORT, MEDIAPIPE)
+    for name, src in models.items():
+        if not isinstance(name, str) or Path(name).name != name or not name.endswith(MODEL_SUFFIXES) \
+                or name in reserved:
+            raise EdgebertError(f"model name {name!r}: use a plain file name ending {' or '.join(MODEL_SUFFIXES)}, "
+                                f"other than {', '.join(reserved)}")
+        if not Path(src).is_file():
+            raise EdgebertError(f"model file {src} (for {name}) does not exist: export it first")
+        sources[name] = Path(src)
+    return sources
+
+
+def _check_labels(labels) -> list[str]:
+    if not isinstance(labels, (list, tuple)) or not all(isinstance(x, str) and x.strip() and "\n" not in x
+                                                        for x in labels):
+        raise EdgebertError(f"labels must be a list of non-empty one-line strings in logit order, got {labels!r}")
+    if len(set(labels)) != len(labels):
+        raise EdgebertError(f"labels {list(labels)} repeat a name: give each class its own")
+    return list(labels)
+
+
+def _check_manifest(manifest) -> dict:
+    if not isinstance(manifest, dict):
+        raise EdgebertError(f"manifest must be a dict (task, quantization, stages...), got {type(manifest).__name__}")
+    taken = [k for k in manifest if k in COMPUTED]
+    if taken:
+        raise EdgebertError(f"manifest keys {taken} are computed by write_bundle: drop them")
+    extra = dict(manifest)
+    if "stages" in extra:
+        extra["stages"] = [_stage(s, i) for i, s in enumerate(extra["stages"] or [])]
+    try:
+        json.dumps(extra, default=_plain)
+    except (TypeError, ValueError) as e:
+        raise EdgebertError(f"manifest is not JSON-serializable ({e}): pass plain dicts, lists, numbers and "
+                            "strings") from None
+    return extra
+
+
+def _stage(stage, i: int) -> dict:
+    """A per-stage record with every field present: {name, params, bytes, flops, metrics, wall_s}."""
+    if not isinstance(stage, dict) or not isinstance(stage.get("name"), str) or not stage["name"]:
+        raise EdgebertError(f"stage {i} must be a dict with a name ({', '.join(STAGE_KEYS)}), got {stage!r}")
+    for key in ("params", "metrics"):
+        if stage.get(key) is not None and not isinstance(stage[key], dict):
+            raise EdgebertError(f"stage {stage['name']!r} {key} must be a dict, got {type(stage[key]).__name__}")
+    for key in ("bytes", "flops", "wall_s"):
+        if stage.get(key) is not None and not isinstance(stage[key], (int, float, np.number)):
+            raise EdgebertError(f"stage {stage['name']!r} {key} must be a number, got {stage[key]!r}")
+    return {**{k: stage.get(k) for k in STAGE_KEYS}, **stage,
+            "params": stage.get("params") or {}, "metrics": stage.get("metrics") or {}}
+
+
+def _check_points(points) -> list[dict]:
+    checked = []
+    for i, p in enumerate(points):
+        bad = not isinstance(p, dict) or any(k not in p for k in POINT_KEYS)
+        if not bad:
+            bad = not all(isinstance(p[k], (int, float, np.number)) for k in ("latency_ms", "metric", "bytes")) \
+                or p["latency_ms"] <= 0 or p["bytes"] <= 0
+        if bad:
+            raise EdgebertError(f"report point {i} {p!r}: give {{{', '.join(POINT_KEYS)}}} "
+                                "with latency_ms > 0 and bytes > 0")
+        checked.append({"stage": str(p["stage"]), "format": str(p["format"]), "latency_ms": float(p["latency_ms"]),
+                        "metric": float(p["metric"]), "bytes": int(p["bytes"]),
+                        "metric_name": str(p.get("metric_name", "accuracy"))})
+    return checked
+
+
+# The input contract, read from the files themselves.
+
+
+def _model_io(path: Path) -> dict:
+    return _onnx_io(path) if path.suffix == ".onnx" else _tflite_io(path)
+
+
+def _onnx_io(path: Path) -> dict:
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path), load_external_data=False)
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        raise EdgebertError(f"{path.name} keeps weights in external data files: "
+                            "export a self-contained .onnx (< 2 GiB)")
+    weights = {t.name for t in model.graph.initializer}
+
+    def tensors(values):
+        return {v.name: {"dtype": np.dtype(helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)).name,
+                         "shape": [d.dim_param if d.HasField("dim_param") else d.dim_value if d.HasField("dim_value")
+                                   else None for d in v.type.tensor_type.shape.dim]} for v in values}
+
+    return {"format": "onnx", "inputs": tensors(v for v in model.graph.input if v.name not in weights),
+            "outputs": tensors(model.graph.output)}
+
+
+def _tflite_io(path: Path) -> dict:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    lengths = signature_lengths(interpreter)
+    signatures = {}
+    for t, key in lengths.items():
+        runner = interpreter.get_signature_runner(key)
+        signatures[key] = {"length": t,
+                           "inputs": {n: _detail(d) for n, d in sorted(runner.get_input_details().items())},
+                           "outputs": {n: _detail(d) for n, d in sorted(runner.get_output_details().items())}}
+    return {"format": "tflite", "lengths": list(lengths), "signatures": signatures,
+            "choose": "the smallest seq_<T> with T >= the token count ([CLS] and [SEP] included); "
+                      "zero-pad every input to T"}
+
+
+def _detail(d: dict) -> dict:
+    out = {"dtype": np.dtype(d["dtype"]).name, "shape": [int(x) for x in d["shape"]]}
+    scale, zero = d["quantization"]
+    if scale:
+        out["quantization"] = {"scale": float(scale), "zero_point": int(zero)}
+    return out
+
+
+def _input_names(io: dict) -> list[str]:
+    if io["format"] == "onnx":
+        return list(io["inputs"])
+    return [n for s in io["signatures"].values() for n in s["inputs"]]
+
+
+def _input_order(name: str) -> tuple:
+    known = ("input_ids", "attention_mask", "token_type_ids")
+    return (known.index(name) if name in known else len(known), name)
+
+
+def _positions(tokenizer, folder: Path) -> int:
+    from edgebert.tokenizer import max_positions
+
+    limit = max_positions(tokenizer)
+    if limit is None:
+        raise EdgebertError(f"neither the models nor the tokenizer in {folder} give a maximum length: pass max_length")
+    return limit
+
+
+# Files.
+
+
+def _write_npz(path: Path, columns: dict[str, np.ndarray]) -> None:
+    """An .npz with fixed zip dates, so the same arrays give the same bytes (np.savez stamps the time)."""
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, array in columns.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with zf.open(info, "w") as f:
+                np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def _eval_columns(arrays: dict) -> dict[str, np.ndarray]:
+    """The columns and dtypes the device harness reads (int labels int64, regression scores float32)."""
+    columns = {k: arrays[k].astype(np.int32) for k in ("input_ids", "attention_mask", "token_type_ids", "lengths")}
+    if "labels" in arrays:
+        labels = arrays["labels"]
+        columns["labels"] = labels.astype(np.float32 if labels.dtype.kind == "f" else np.int64)
+    return columns
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _permissions(folder: Path) -> None:
+    """Ordinary permissions (temporary files and folders are created owner-only)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for p in folder.iterdir():
+        os.chmod(p, 0o666 & ~umask)
+
+
+def _plain(value):
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON-serializable")
+
+
+def _os_message(e: OSError, out: Path) -> str:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left writing bundle {out}: free disk space or write it elsewhere (nothing was left behind)"
+    return f"cannot write bundle {out}: {e.strerror or e} ({e.filename or out}); check the folder and permissions"
