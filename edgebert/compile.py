@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from device_tests.manifest import sha256
+
 from . import checkpoint, data, tokenizer as tokenization
 from .errors import EdgebertError
 from .model import HeadConfig, TaskModel, with_head
@@ -47,14 +49,6 @@ class Context:
 
 def _key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _log(message: str) -> None:
@@ -271,9 +265,9 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     ctx = _context(recipe, out, data_dir)  # bad data fails here, before anything is written
     _prepare_out(out, resume=resume, force=force)
     start = start_model(recipe)
+    weights = sorted(start.glob("*.safetensors"))
     key = _key("start", {k: v for k, v in asdict(recipe).items() if k not in ("stages", "options")},
-               _file_digest(next(iter(sorted(start.glob("*.safetensors")))) if any(start.glob("*.safetensors"))
-                            else str(start)), _data_fingerprint(ctx))
+               sha256(str(weights[0])) if weights else str(start), _data_fingerprint(ctx))
     state = State(model=start, files={}, verification={})
     stages = []
     for i, name in enumerate(recipe.stages, 1):

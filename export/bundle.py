@@ -13,7 +13,6 @@ manifest.json lists each file's sha256 and bytes, and `verify_bundle` checks the
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import platform
@@ -27,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from edgebert.errors import EdgebertError
+
+from device_tests.manifest import sha256
 
 from .data import load_arrays
 from .runtime import signature_lengths
@@ -124,7 +125,7 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
             files[MEDIAPIPE] = _model_io(tmp / MEDIAPIPE)
     record["pareto"] = points
     (tmp / REPORT).write_text(render(record, points), encoding="utf-8")
-    record["files"] = {p.name: {"sha256": _sha256(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
+    record["files"] = {p.name: {"sha256": sha256(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
     record["versions"] = versions()
     record["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     (tmp / MANIFEST).write_text(json.dumps(record, indent=2, default=_plain) + "\n", encoding="utf-8")
@@ -192,7 +193,7 @@ def _check_file(folder: Path, name: str, size: int, digest: str) -> None:
     if file.stat().st_size != size:
         raise EdgebertError(f"{file} is {file.stat().st_size} bytes, the manifest says {size}: the copy is "
                             "truncated or the file was changed; copy the bundle again")
-    if _sha256(file) != digest:
+    if sha256(file) != digest:
         raise EdgebertError(f"{file} sha256 differs from the manifest ({digest[:12]}…): the file was changed "
                             "after export; copy the bundle again")
 
@@ -373,14 +374,6 @@ def _eval_columns(arrays: dict) -> dict[str, np.ndarray]:
         labels = arrays["labels"]
         columns["labels"] = labels.astype(np.float32 if labels.dtype.kind == "f" else np.int64)
     return columns
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _permissions(folder: Path) -> None:
