@@ -1,0 +1,319 @@
+"""prune: remove the least important attention heads, FFN neurons and layers, with recovery.
+
+Importance is first-order Taylor (Michel et al. 2019): the gradient of the loss with respect to a
+gate on each unit, which for a head equals Σ grad⊙weight over the head's columns of the attention
+output projection, for an FFN neuron over its column of the FFN output projection, and for a layer
+Σ grad⊙(layer output − layer input). Absolute values are summed over a data sample; head and
+neuron scores are normalised per layer before a global ranking.
+
+Pruning goes in `rounds`, each followed by distillation from the unpruned teacher, and yields a
+physically smaller dense model. `unstructured` (magnitude pruning) only zeroes weights: that
+shrinks a compressed file, not the dense compute, so it is reported as a size-only measure.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .. import checkpoint
+from ..data import BucketBatchSampler
+from ..errors import EdgebertError
+from ..model import EncoderConfig
+from ..stats import flops
+from .distill import DistillConfig, distill
+from .finetune import check_task_model, task_loss
+from .surgery import check_unshared, encoder_of, remove_heads, remove_layers, remove_neurons
+from .train import Record, TrainConfig, collate, lengths_of, measure, seed_all, task_evaluator
+
+
+@dataclass
+class PruneConfig:
+    """What to remove. Give fractions (`heads`, `ffn`), or a budget (`params` or `flops` per
+    128-token sequence) that is met by removing heads and neurons in equal proportion."""
+
+    heads: float = 0.0  # fraction of attention heads to remove
+    ffn: float = 0.0  # fraction of FFN neurons to remove
+    layers: int = 0  # whole layers to remove
+    params: int | None = None  # target parameter count (instead of heads/ffn)
+    flops: int | None = None  # target FLOPs per 128-token sequence (instead of heads/ffn)
+    per_layer: bool = False  # the same count removed in every layer (layers can then be shared)
+    rounds: int = 1  # prune gradually, with distillation recovery after each round
+    sample_batches: int = 16  # batches scored for importance
+    batch_size: int = 32
+    unstructured: float = 0.0  # fraction of encoder weights zeroed by magnitude at the end (size only)
+    recovery: DistillConfig | None = field(
+        default_factory=lambda: DistillConfig(TrainConfig(steps=500, lr=1e-4, eval_every=250)))
+    seed: int = 42
+
+    def __post_init__(self):
+        for name in ("heads", "ffn", "unstructured"):
+            if not 0 <= getattr(self, name) < 1:
+                raise EdgebertError(f"PruneConfig.{name} is a fraction in [0, 1), got {getattr(self, name)}")
+        if self.params is not None and self.flops is not None:
+            raise EdgebertError("give PruneConfig.params or PruneConfig.flops, not both")
+        if (self.params is not None or self.flops is not None) and (self.heads or self.ffn):
+            raise EdgebertError("a params/flops budget decides the head and FFN fractions: leave heads/ffn at 0")
+        if self.rounds < 1:
+            raise EdgebertError(f"PruneConfig.rounds must be at least 1, got {self.rounds}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Importance
+
+
+@dataclass
+class Importance:
+    heads: list[torch.Tensor]  # per layer, [heads]
+    neurons: list[torch.Tensor]  # per layer, [ffn]
+    layers: torch.Tensor  # [num_layers]
+
+
+def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_size: int = 32,
+               seed: int = 42) -> Importance:
+    """First-order Taylor importance of every head, FFN neuron and layer over a data sample.
+
+    The loss is the task loss on the data's labels, or on the model's own predictions when the
+    data has none."""
+    check_task_model(model, "prune")
+    encoder = encoder_of(model)
+    c = encoder.config
+    was_training = model.training
+    model.eval()  # no dropout: scores of the model as it will be used
+    heads = [torch.zeros(c.heads(i)) for i in range(c.num_layers)]
+    neurons = [torch.zeros(c.ffn(i)) for i in range(c.num_layers)]
+    layer_scores = torch.zeros(c.num_layers)
+
+    def gate(i: int):
+        """Layer i as x + ξ·(f(x) − x): dL/dξ at ξ=1 is Σ grad ⊙ (f(x) − x)."""
+        def hook(module, inputs, output):
+            delta = (output - inputs[0]).detach()
+            output.register_hook(lambda g: _add(layer_scores, i, (g * delta).sum()))
+        return hook
+
+    handles = [layer.register_forward_hook(gate(i)) for i, layer in enumerate(encoder.encoder.layer)]
+    sampler = BucketBatchSampler(lengths_of(dataset), batch_size, seed=seed)
+    try:
+        for n, indices in enumerate(sampler):
+            if n == batches:
+                break
+            batch = collate(model, [dataset[i] for i in indices], indices)
+            model.zero_grad(set_to_none=True)
+            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            labels = batch.get("labels")
+            if labels is None:
+                if model.head.num_labels == 1:
+                    raise EdgebertError("pruning a regression model needs labeled data to score importance")
+                labels = logits.detach().argmax(-1).masked_fill(batch["attention_mask"] == 0, -100) \
+                    if logits.dim() == 3 else logits.detach().argmax(-1)
+            task_loss(model, logits, labels).backward()
+            for i, layer in enumerate(encoder.encoder.layer):
+                d = c.head_size
+                w = layer.attention.output.dense.weight
+                gw = (w.grad * w).detach()  # [H, heads*d]
+                heads[i] += gw.view(gw.shape[0], -1, d).sum((0, 2)).abs()
+                w = layer.output.dense.weight
+                neurons[i] += (w.grad * w).detach().sum(0).abs()
+    finally:
+        for h in handles:
+            h.remove()
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    return Importance(heads, neurons, layer_scores)
+
+
+def _add(scores: torch.Tensor, i: int, value: torch.Tensor) -> None:
+    scores[i] += value.detach().abs()
+
+
+def _normalised(scores: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Michel et al.: divide each layer's scores by their L2 norm before ranking across layers."""
+    return [s / s.norm().clamp_min(1e-12) for s in scores]
+
+
+def choose(scores: list[torch.Tensor], remove: int | list[int]) -> dict[int, list[int]]:
+    """{layer: units to remove}: per layer the `remove[i]` lowest-scored units, or for one number
+    the globally lowest (scores normalised per layer); at least one unit stays in every layer."""
+    if isinstance(remove, list):
+        return {i: torch.argsort(s, stable=True)[: min(n, len(s) - 1)].tolist()
+                for i, (s, n) in enumerate(zip(scores, remove)) if n > 0}
+    left = [len(s) for s in scores]
+    drop: dict[int, list[int]] = {i: [] for i in range(len(scores))}
+    for _, i, j in sorted((float(v), i, j) for i, s in enumerate(_normalised(scores)) for j, v in enumerate(s)):
+        if remove <= 0:
+            break
+        if left[i] > 1:
+            drop[i].append(j)
+            left[i], remove = left[i] - 1, remove - 1
+    return drop
+
+
+# ---------------------------------------------------------------------------------------------
+# Budgets
+
+
+def _layer_params(c: EncoderConfig, heads: int, ffn: int) -> int:
+    h, d = c.hidden_size, c.head_size
+    attention = heads * (4 * h * d + 3 * d) + h + 2 * h
+    return attention + ffn * (2 * h + 1) + h + 2 * h
+
+
+def _shape_after(c: EncoderConfig, heads: list[int], ffn: list[int], fraction: float,
+                 per_layer: bool) -> EncoderConfig:
+    """The shape `prune` leaves after removing `fraction` of heads and neurons. Cost is linear in
+    the total count of each, so only how many go matters, not from which layer."""
+
+    def after(widths: list[int]) -> list[int]:
+        if per_layer:
+            return [max(1, w - round(fraction * w)) for w in widths]
+        remove, left = round(fraction * sum(widths)), list(widths)
+        for i in sorted(range(len(left)), key=left.__getitem__, reverse=True):
+            take = min(remove, left[i] - 1)
+            left[i], remove = left[i] - take, remove - take
+        return left
+
+    return dataclasses.replace(c, layer_heads=after(heads), layer_ffn=after(ffn))
+
+
+def budget_fraction(model: nn.Module, config: PruneConfig) -> float:
+    """The share of heads and neurons to remove (in equal proportion) to meet a params/flops budget."""
+    c = encoder_of(model).config
+    heads, ffn = [c.heads(i) for i in range(c.num_layers)], [c.ffn(i) for i in range(c.num_layers)]
+    total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    fixed = total - sum(_layer_params(c, heads[i], ffn[i]) for i in range(c.num_layers))
+    labels = model.head.num_labels
+
+    def cost(fraction: float) -> int:
+        s = _shape_after(c, heads, ffn, fraction, config.per_layer)
+        if config.params is not None:
+            return fixed + sum(_layer_params(s, s.heads(i), s.ffn(i)) for i in range(s.num_layers))
+        return flops(s, min(128, s.max_length), labels)
+
+    target = config.params if config.params is not None else config.flops
+    if cost(0.0) <= target:
+        return 0.0
+    if cost(1.0) > target:
+        raise EdgebertError(f"a budget of {target:,} cannot be met by pruning heads and neurons (one of each per "
+                            f"layer costs {cost(1.0):,}): also remove layers, or raise the budget")
+    lo, hi = 0.0, 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if cost(mid) <= target else (mid, hi)
+    return hi
+
+
+def magnitude_prune(model: nn.Module, fraction: float) -> float:
+    """Zero the smallest-magnitude `fraction` of the encoder layers' matrix weights, in place.
+
+    Size only: dense kernels run zeros at full cost; the saving shows in a compressed or sparse
+    file. Returns the sparsity reached over those weights."""
+    weights = {id(m.weight): m.weight for m in encoder_of(model).encoder.modules() if isinstance(m, nn.Linear)}
+    if not fraction or not weights:
+        return 0.0
+    flat = torch.cat([w.detach().abs().flatten() for w in weights.values()])
+    k = math.ceil(fraction * flat.numel())
+    threshold = torch.kthvalue(flat, k).values if k else flat.min() - 1
+    zeros = 0
+    with torch.no_grad():
+        for w in weights.values():
+            w.masked_fill_(w.abs() <= threshold, 0.0)
+            zeros += int((w == 0).sum())
+    return zeros / flat.numel()
+
+
+# ---------------------------------------------------------------------------------------------
+# The pass
+
+
+def _shape(model: nn.Module) -> dict:
+    c = encoder_of(model).config
+    return {"layers": c.num_layers, "heads": [c.heads(i) for i in range(c.num_layers)],
+            "ffn": [c.ffn(i) for i in range(c.num_layers)]}
+
+
+def prune(
+    model: nn.Module,
+    train_data: Sequence,
+    eval_data: Sequence | None = None,
+    *,
+    config: PruneConfig | None = None,
+    teacher: nn.Module | None = None,
+    work_dir: str | Path | None = None,
+) -> tuple[nn.Module, Record]:
+    """Prune `model` (in place) by importance on `train_data`, recovering by distillation from
+    `teacher` (default: a copy of the unpruned model) after each round."""
+    config = config or PruneConfig()
+    check_task_model(model, "prune")
+    check_unshared(model, "prune")
+    seed_all(config.seed)
+    teacher = teacher if teacher is not None else copy.deepcopy(model).eval()
+    before = measure("before", model)
+    start_shape = _shape(model)
+    work = Path(work_dir) if work_dir is not None else None
+    if config.params is not None or config.flops is not None:
+        head_fraction = ffn_fraction = budget_fraction(model, config)
+    else:
+        head_fraction, ffn_fraction = config.heads, config.ffn
+    original = {"heads": list(start_shape["heads"]), "ffn": list(start_shape["ffn"])}  # of the surviving layers
+    metrics, wall, steps, rounds = {}, 0.0, 0, []
+    for r in range(1, config.rounds + 1):
+        folder = work / f"round{r}" if work else None
+        if folder is not None and (folder / "round.json").exists():  # finished before an interruption
+            model = checkpoint.load(folder / "model").train()
+            saved = json.loads((folder / "round.json").read_text())
+            original, metrics = saved["original"], saved["round"]["metrics"]
+            wall, steps = wall + saved["wall_s"], steps + saved["steps"]
+            rounds.append(saved["round"])
+            continue
+        share = r / config.rounds
+        scores = importance(model, train_data, batches=config.sample_batches, batch_size=config.batch_size,
+                            seed=config.seed + r)
+        drop_layers = round(config.layers * share) - (start_shape["layers"] - encoder_of(model).config.num_layers)
+        if drop_layers > 0:
+            drop = set(torch.argsort(scores.layers, stable=True)[:drop_layers].tolist())
+            keep = [i for i in range(len(scores.layers)) if i not in drop]
+            remove_layers(model, sorted(drop))
+            scores = Importance([scores.heads[i] for i in keep], [scores.neurons[i] for i in keep], scores.layers[keep])
+            original = {k: [v[i] for i in keep] for k, v in original.items()}
+        shape = _shape(model)
+        plan = {}
+        for kind, fraction in (("heads", head_fraction), ("ffn", ffn_fraction)):
+            if config.per_layer:  # each layer loses the same share of its original width
+                plan[kind] = [now - (orig - round(fraction * share * orig)) for now, orig in zip(shape[kind], original[kind])]
+            else:
+                plan[kind] = round(fraction * share * sum(start_shape[kind])) - (sum(start_shape[kind]) - sum(shape[kind]))
+        if config.per_layer or plan["heads"] > 0:
+            remove_heads(model, choose(scores.heads, plan["heads"]))
+        if config.per_layer or plan["ffn"] > 0:
+            remove_neurons(model, choose(scores.neurons, plan["ffn"]))
+        round_wall, round_steps = 0.0, 0
+        if config.recovery is not None and config.recovery.train.steps:
+            model, rec = distill(model, teacher, train_data, eval_data, config=config.recovery,
+                                 work_dir=folder / "recovery" if folder else None)
+            metrics, round_wall, round_steps = rec.metrics, rec.wall_s, rec.steps
+        wall, steps = wall + round_wall, steps + round_steps
+        rounds.append({"round": r, **_shape(model), "metrics": metrics})
+        if folder is not None:
+            checkpoint.save(model, folder / "model")
+            (folder / "round.json").write_text(json.dumps({"round": rounds[-1], "original": original,
+                                                           "wall_s": round_wall, "steps": round_steps}))
+    sparsity = magnitude_prune(model, config.unstructured)
+    evaluator, _ = task_evaluator(model, eval_data)
+    if evaluator is not None and (sparsity or not metrics):
+        metrics = evaluator(model)
+    details = {"before": {"params": before.params, "bytes": before.bytes, "flops_128": before.flops_128,
+                          **start_shape},
+               "after": _shape(model), "rounds": rounds, "head_fraction": head_fraction, "ffn_fraction": ffn_fraction}
+    if sparsity:
+        details["unstructured_sparsity"] = sparsity
+        details["note"] = ("unstructured zeros shrink a compressed file only; dense kernels run them at full cost, "
+                           "so FLOPs and latency are unchanged")
+    return model, measure("prune", model, metrics=metrics, wall_s=wall, steps=steps, details=details)

@@ -1,0 +1,265 @@
+"""share: ALBERT-style cross-layer parameter sharing and factorized embeddings, with recovery.
+
+Sharing makes the layers of a group hold the same module objects (all of a layer, its attention,
+or its FFN), initialised from the group's mean or one member. Factorizing replaces the V×H token
+table by V×E and an E×H projection, initialised from a truncated SVD. Both lower the size of the
+model, never its FLOPs: every layer still runs, and the projection adds a little compute.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import EdgebertError
+from ..model import MaskedLM
+from .distill import DistillConfig, distill
+from .surgery import encoder_of, set_config
+from .train import Record, TrainConfig, measure, task_evaluator
+
+PARTS = ("all", "attention", "ffn")
+
+
+@dataclass
+class ShareConfig:
+    """Sharing in groups of `group_size` adjacent layers (0 = one group of all layers)."""
+
+    group_size: int = 2
+    parts: str = "all"  # all | attention | ffn | none
+    init: str | int = "mean"  # "mean", a member's position in its group (0 = first), or "best" (needs eval data)
+    embedding_size: int | None = None  # factorize the token table to E < hidden_size
+    recovery: DistillConfig | None = field(
+        default_factory=lambda: DistillConfig(TrainConfig(steps=1000, lr=1e-4, eval_every=250)))
+
+    def __post_init__(self):
+        if self.parts not in (*PARTS, "none"):
+            raise EdgebertError(f"ShareConfig.parts must be one of {[*PARTS, 'none']}, got {self.parts!r}")
+        if self.group_size < 0:
+            raise EdgebertError(f"ShareConfig.group_size must be ≥ 0 (0 = all layers), got {self.group_size}")
+        if not (self.init in ("mean", "best") or (isinstance(self.init, int) and self.init >= 0)):
+            raise EdgebertError(f"ShareConfig.init must be 'mean', 'best' or a member index, got {self.init!r}")
+
+
+def _modules(layer: nn.Module, part: str) -> dict[str, nn.Module]:
+    if part == "attention":
+        return {"attention": layer.attention}
+    return {"intermediate": layer.intermediate, "output": layer.output}
+
+
+def share_layers(model: nn.Module, *, group_size: int = 2, parts: str = "all", init: str | int = "mean") -> nn.Module:
+    """Make each group of `group_size` adjacent layers use one set of weights, in place."""
+    if parts not in PARTS:
+        raise EdgebertError(f"parts must be one of {PARTS}, got {parts!r}")
+    encoder = encoder_of(model)
+    c = encoder.config
+    if c.attention_groups is not None or c.ffn_groups is not None:
+        raise EdgebertError("the model already shares layers: share once, from an unshared model")
+    size = group_size or c.num_layers
+    groups = [i // size for i in range(c.num_layers)]
+    kinds = ["attention", "ffn"] if parts == "all" else [parts]
+    layers = encoder.encoder.layer
+    for g in sorted(set(groups)):
+        members = [i for i in range(c.num_layers) if groups[i] == g]
+        for kind in kinds:
+            width = c.heads if kind == "attention" else c.ffn
+            if len({width(i) for i in members}) > 1:
+                raise EdgebertError(f"layers {members} have different {kind} widths {[width(i) for i in members]}: "
+                                    "prune with per_layer=True before sharing")
+            if isinstance(init, int):
+                if init >= len(members):
+                    raise EdgebertError(f"init={init} but group {members} has {len(members)} members")
+                keep = _modules(layers[members[init]], kind)
+            else:
+                keep = {name: copy.deepcopy(m) for name, m in _modules(layers[members[0]], kind).items()}
+                with torch.no_grad():
+                    for name, module in keep.items():
+                        for pname, p in module.named_parameters():
+                            stack = [dict(_modules(layers[i], kind)[name].named_parameters())[pname] for i in members]
+                            p.copy_(torch.stack([q.detach() for q in stack]).mean(0))
+            for i in members:
+                for name, module in keep.items():
+                    setattr(layers[i], name, module)
+    set_config(model, **{f"{k}_groups": groups for k in kinds})
+    return model
+
+
+def _orthonormal_complement_of_ones(e: int) -> torch.Tensor:
+    """E×(E−1) orthonormal columns all orthogonal to the ones vector."""
+    centered = torch.eye(e, dtype=torch.float64) - 1.0 / e
+    q, _ = torch.linalg.qr(centered[:, : e - 1])
+    return q
+
+
+@torch.no_grad()
+def factorize_embeddings(model: nn.Module, embedding_size: int, *,
+                         frequencies: list[torch.Tensor] | None = None) -> dict[str, float]:
+    """Replace the V×H token table by V×E plus an E×H projection, in place; returns the errors.
+
+    The embedding LayerNorm now acts at width E, before the projection. To keep the output close,
+    the tables are projected onto the top E−1 directions Q of the (row-centred) second moment of a
+    token's summed embedding, embedded in the E−1 dimensions orthogonal to the ones vector so the
+    width-E LayerNorm subtracts nothing and only rescales; the projection √(H/E)·diag(γ)·Q then
+    restores the original LayerNorm's output γ⊙LN(x)+β up to the truncation. Without an embedding
+    LayerNorm it is a plain rank-E projection.
+
+    `frequencies` (counts of token ids, positions and segment ids, e.g. from `token_frequencies`)
+    weight each table row by how often the data uses it, so frequent tokens are kept accurately;
+    without them every row counts the same.
+
+    Returns `table_error` (relative RMS error of the rank-k approximation of a token's embedding
+    sum, from the discarded eigenvalues) and `output_error` (relative error of the embedding
+    output, measured on 4096 token/position/segment triples drawn from the same distribution)."""
+    if isinstance(model, MaskedLM):
+        raise EdgebertError("factorizing a MaskedLM would break its tied decoder: factorize the task model instead")
+    encoder = encoder_of(model)
+    c = encoder.config
+    emb = encoder.embeddings
+    if c.embedding_size is not None:
+        raise EdgebertError(f"the embeddings are already factorized (E={c.embedding_size})")
+    if not 2 <= embedding_size < c.hidden_size:
+        raise EdgebertError(f"embedding_size must be in 2..{c.hidden_size - 1} (below hidden_size), got {embedding_size}")
+    tables = [emb.word_embeddings.weight, emb.position_embeddings.weight]
+    if emb.token_type_embeddings is not None:
+        tables.append(emb.token_type_embeddings.weight)
+    tables = [t.detach().double() for t in tables]
+    with_ln = emb.LayerNorm is not None
+    if with_ln:
+        tables = [t - t.mean(1, keepdim=True) for t in tables]  # the LayerNorm removes each vector's mean
+    # Second moment of one token's sum w + p + t, each row drawn independently as often as the data does.
+    if frequencies is None:
+        frequencies = [torch.ones(len(t)) for t in tables]
+    if [len(f) for f in frequencies[: len(tables)]] != [len(t) for t in tables]:
+        raise EdgebertError(f"frequencies have {[len(f) for f in frequencies]} entries for tables of "
+                            f"{[len(t) for t in tables]} rows: count token ids, positions and segment ids")
+    weights = [f.double() / f.double().sum() for f in frequencies[: len(tables)]]
+    means = [w @ t for w, t in zip(weights, tables)]
+    moment = sum(t.T @ (w[:, None] * t) for w, t in zip(weights, tables))
+    for i, a in enumerate(means):
+        for j, b in enumerate(means):
+            if i != j:
+                moment += torch.outer(a, b)
+    eigenvalues, eigenvectors = torch.linalg.eigh(moment)
+    k = embedding_size - 1 if with_ln else embedding_size
+    q = eigenvectors[:, -k:]  # H×k, top directions
+    table_error = math.sqrt(max(0.0, float(eigenvalues[:-k].clamp_min(0).sum() / eigenvalues.clamp_min(0).sum())))
+    m = _orthonormal_complement_of_ones(embedding_size) if with_ln else torch.eye(k, dtype=torch.float64)
+    down = q @ m.T  # H×E: table row (H) → E
+
+    sample = _sample_rows(weights, 4096)
+    reference = _embed(emb, sample).detach().clone()
+    h = c.hidden_size
+    projection = nn.Linear(embedding_size, h)
+    if with_ln:
+        gamma, beta = emb.LayerNorm.weight.detach().double(), emb.LayerNorm.bias.detach().double()
+        projection.weight.copy_(math.sqrt(h / embedding_size) * gamma[:, None] * down)
+        projection.bias.copy_(beta)
+        emb.LayerNorm = nn.LayerNorm(embedding_size, eps=c.layer_norm_eps)
+    else:
+        projection.weight.copy_(down)
+        projection.bias.zero_()
+    frozen = not emb.word_embeddings.weight.requires_grad
+    emb.word_embeddings = _table(tables[0], down, c.pad_token_id)
+    emb.word_embeddings.weight.requires_grad_(not frozen)
+    emb.position_embeddings = _table(tables[1], down, None)
+    if emb.token_type_embeddings is not None:
+        emb.token_type_embeddings = _table(tables[2], down, None)
+    emb.projection = projection
+    set_config(model, embedding_size=embedding_size)
+    output = _embed(emb, sample)
+    output_error = float((output - reference).norm() / reference.norm())
+    return {"table_error": table_error, "output_error": output_error}
+
+
+def _table(rows: torch.Tensor, down: torch.Tensor, padding_idx: int | None) -> nn.Embedding:
+    table = nn.Embedding(rows.shape[0], down.shape[1], padding_idx=padding_idx)
+    table.weight.data.copy_((rows @ down).float())
+    return table
+
+
+def _sample_rows(weights: list[torch.Tensor], n: int) -> list[torch.Tensor]:
+    """n draws of a row index from each table (token, position, segment), seeded."""
+    g = torch.Generator().manual_seed(0)
+    return [torch.multinomial(w.float(), n, replacement=True, generator=g) for w in weights]
+
+
+def _embed(emb: nn.Module, rows: list[torch.Tensor]) -> torch.Tensor:
+    """The embedding output of single tokens given table rows: Embeddings.forward without dropout."""
+    x = emb.word_embeddings(rows[0]) + emb.position_embeddings(rows[1])
+    if emb.token_type_embeddings is not None:
+        x = x + emb.token_type_embeddings(rows[2])
+    if emb.LayerNorm is not None:
+        x = emb.LayerNorm(x)
+    return emb.projection(x) if emb.projection is not None else x
+
+
+def token_frequencies(model: nn.Module, dataset: Sequence) -> list[torch.Tensor]:
+    """How often the data uses each token id, position and segment id (+1 smoothing)."""
+    c = encoder_of(model).config
+    counts = [torch.ones(c.vocab_size), torch.ones(c.max_positions), torch.ones(max(c.type_vocab_size, 1))]
+    for i in range(len(dataset)):
+        item = dataset[i]
+        ids = torch.as_tensor(item["input_ids"])
+        counts[0] += torch.bincount(ids, minlength=c.vocab_size)[: c.vocab_size]
+        counts[1][c.position_offset : c.position_offset + len(ids)] += 1
+        types = item.get("token_type_ids")
+        if types is not None and c.type_vocab_size:
+            counts[2] += torch.bincount(torch.as_tensor(types), minlength=c.type_vocab_size)[: c.type_vocab_size]
+    return counts[:3] if c.type_vocab_size else counts[:2]
+
+
+def share(
+    model: nn.Module,
+    train_data: Sequence | None = None,
+    eval_data: Sequence | None = None,
+    *,
+    config: ShareConfig | None = None,
+    teacher: nn.Module | None = None,
+    work_dir: str | Path | None = None,
+) -> tuple[nn.Module, Record]:
+    """Share layers and/or factorize embeddings (in place), then recover by distillation from
+    `teacher` (default: a copy of the model before sharing) when `train_data` is given."""
+    config = config or ShareConfig()
+    before = measure("before", model)
+    teacher = teacher if teacher is not None else copy.deepcopy(model).eval()
+    evaluator, metric = task_evaluator(model, eval_data)
+    details: dict = {"before": {"params": before.params, "bytes": before.bytes, "flops_128": before.flops_128}}
+    if config.parts != "none":
+        init = config.init
+        if init == "best":
+            if evaluator is None:
+                raise EdgebertError("ShareConfig.init='best' compares initialisations on eval data: pass eval_data")
+            layers = encoder_of(model).config.num_layers
+            group = config.group_size or layers
+            smallest = layers - (layers - 1) // group * group  # the last group may be shorter
+            scores = {}
+            for candidate in ["mean", *range(smallest)]:
+                trial = share_layers(copy.deepcopy(model), group_size=config.group_size, parts=config.parts,
+                                     init=candidate)
+                scores[str(candidate)] = evaluator(trial)[metric]
+            init = max(scores, key=scores.get)
+            init = init if init == "mean" else int(init)
+            details["init_scores"] = scores
+        share_layers(model, group_size=config.group_size, parts=config.parts, init=init)
+        details["init"] = init
+    if config.embedding_size is not None:
+        frequencies = token_frequencies(model, train_data) if train_data is not None else None
+        details["factorization"] = {**factorize_embeddings(model, config.embedding_size, frequencies=frequencies),
+                                    "weighted_by": "uniform rows" if frequencies is None else "train data"}
+    if evaluator is not None:
+        details["before_recovery"] = evaluator(model)
+    metrics, wall, steps = details.get("before_recovery", {}), 0.0, 0
+    if train_data is not None and config.recovery is not None and config.recovery.train.steps:
+        model, rec = distill(model, teacher, train_data, eval_data, config=config.recovery,
+                             work_dir=Path(work_dir) / "recovery" if work_dir else None)
+        metrics, wall, steps = rec.metrics, rec.wall_s, rec.steps
+        details["history"] = rec.details["history"]
+    details["note"] = "sharing lowers parameters and bytes, not FLOPs: every layer still runs"
+    record = measure("share", model, metrics=metrics, wall_s=wall, steps=steps, details=details)
+    record.details["saved_params"] = before.params - record.params
+    return model, record

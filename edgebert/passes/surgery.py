@@ -1,0 +1,153 @@
+"""Physical model surgery: remove attention heads, FFN neurons and whole layers.
+
+The result is a smaller dense model whose config (`layer_heads`, `layer_ffn`, `num_layers`)
+describes it exactly, so it saves, reloads and exports like any other. Pruning and student
+initialisation both use these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from ..errors import EdgebertError
+from ..model import Encoder, EncoderConfig
+
+
+def encoder_of(model: nn.Module) -> Encoder:
+    return model if isinstance(model, Encoder) else model.encoder
+
+
+def set_config(model: nn.Module, **changes) -> EncoderConfig:
+    """Replace the encoder config (validated) on the model and its encoder, which share it."""
+    encoder = encoder_of(model)
+    config = dataclasses.replace(encoder.config, **changes)
+    encoder.config = config
+    if model is not encoder:
+        model.config = config
+    return config
+
+
+def check_unshared(model: nn.Module, verb: str) -> None:
+    c = encoder_of(model).config
+    if c.attention_groups is not None or c.ffn_groups is not None:
+        raise EdgebertError(f"{verb} works on unshared layers and this model shares them: {verb} before `share`")
+
+
+def _slice_linear(linear: nn.Linear, keep: torch.Tensor, dim: int) -> nn.Linear:
+    """A copy of `linear` keeping output rows (dim 0) or input columns (dim 1) `keep`."""
+    weight = linear.weight.detach().index_select(dim, keep).clone()
+    bias = linear.bias.detach().clone() if linear.bias is not None else None
+    if dim == 0 and bias is not None:
+        bias = bias.index_select(0, keep).clone()
+    out = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    out.weight = nn.Parameter(weight, requires_grad=linear.weight.requires_grad)
+    if bias is not None:
+        out.bias = nn.Parameter(bias, requires_grad=linear.bias.requires_grad)
+    return out
+
+
+def remove_heads(model: nn.Module, heads: dict[int, list[int]]) -> nn.Module:
+    """Remove attention heads in place: {layer index (0-based): [head indices]}. Keeps ≥1 per layer."""
+    check_unshared(model, "removing heads")
+    encoder = encoder_of(model)
+    c = encoder.config
+    counts = [c.heads(i) for i in range(c.num_layers)]
+    for i, drop in heads.items():
+        if not 0 <= i < c.num_layers:
+            raise EdgebertError(f"layer {i} does not exist: the model has {c.num_layers} layers")
+        drop = sorted(set(drop))
+        if not drop:
+            continue
+        if drop[0] < 0 or drop[-1] >= counts[i]:
+            raise EdgebertError(f"layer {i} has {counts[i]} heads, cannot remove head {drop[-1]}")
+        if len(drop) >= counts[i]:
+            raise EdgebertError(f"removing all {counts[i]} heads of layer {i}: keep at least one per layer")
+        d = c.head_size
+        kept = [h for h in range(counts[i]) if h not in drop]
+        keep = torch.tensor([h * d + j for h in kept for j in range(d)])
+        attention = encoder.encoder.layer[i].attention
+        for name in ("query", "key", "value"):
+            setattr(attention.self, name, _slice_linear(getattr(attention.self, name), keep, 0))
+        attention.output.dense = _slice_linear(attention.output.dense, keep, 1)
+        attention.self.heads = counts[i] = len(kept)
+    set_config(model, layer_heads=counts)
+    return model
+
+
+def remove_neurons(model: nn.Module, neurons: dict[int, list[int]]) -> nn.Module:
+    """Remove FFN neurons in place: {layer index: [neuron indices]}. Keeps ≥1 per layer."""
+    check_unshared(model, "removing neurons")
+    encoder = encoder_of(model)
+    c = encoder.config
+    widths = [c.ffn(i) for i in range(c.num_layers)]
+    for i, drop in neurons.items():
+        if not 0 <= i < c.num_layers:
+            raise EdgebertError(f"layer {i} does not exist: the model has {c.num_layers} layers")
+        drop_set = set(drop)
+        if not drop_set:
+            continue
+        if min(drop_set) < 0 or max(drop_set) >= widths[i]:
+            raise EdgebertError(f"layer {i} has {widths[i]} FFN neurons, cannot remove neuron {max(drop_set)}")
+        if len(drop_set) >= widths[i]:
+            raise EdgebertError(f"removing all {widths[i]} FFN neurons of layer {i}: keep at least one")
+        keep = torch.tensor([j for j in range(widths[i]) if j not in drop_set])
+        layer = encoder.encoder.layer[i]
+        layer.intermediate.dense = _slice_linear(layer.intermediate.dense, keep, 0)
+        layer.output.dense = _slice_linear(layer.output.dense, keep, 1)
+        widths[i] = len(keep)
+    set_config(model, layer_ffn=widths)
+    return model
+
+
+def remove_layers(model: nn.Module, layers: list[int]) -> nn.Module:
+    """Remove whole transformer layers in place (0-based indices). Keeps ≥1 layer."""
+    check_unshared(model, "removing layers")
+    encoder = encoder_of(model)
+    c = encoder.config
+    drop = set(layers)
+    if any(not 0 <= i < c.num_layers for i in drop):
+        raise EdgebertError(f"layer indices {sorted(drop)} out of range for {c.num_layers} layers")
+    kept = [i for i in range(c.num_layers) if i not in drop]
+    if not kept:
+        raise EdgebertError("removing every layer: keep at least one")
+    encoder.encoder.layer = nn.ModuleList([encoder.encoder.layer[i] for i in kept])
+    set_config(model, num_layers=len(kept),
+               layer_heads=[c.heads(i) for i in kept] if c.layer_heads else None,
+               layer_ffn=[c.ffn(i) for i in kept] if c.layer_ffn else None)
+    return model
+
+
+def head_norms(model: nn.Module) -> list[torch.Tensor]:
+    """Per layer, the L2 norm of each head's query/key/value rows and output columns: a data-free
+    importance, used to pick which heads a student keeps."""
+    encoder = encoder_of(model)
+    c = encoder.config
+    out = []
+    for i, layer in enumerate(encoder.encoder.layer):
+        h, d = c.heads(i), c.head_size
+        a = layer.attention
+        sq = sum(getattr(a.self, n).weight.detach().view(h, d, -1).pow(2).sum((1, 2)) for n in ("query", "key", "value"))
+        sq = sq + a.output.dense.weight.detach().view(-1, h, d).pow(2).sum((0, 2))
+        out.append(sq.sqrt())
+    return out
+
+
+def neuron_norms(model: nn.Module) -> list[torch.Tensor]:
+    """Per layer, the L2 norm of each FFN neuron's input row and output column."""
+    out = []
+    for layer in encoder_of(model).encoder.layer:
+        w_in, w_out = layer.intermediate.dense.weight.detach(), layer.output.dense.weight.detach()
+        out.append((w_in.pow(2).sum(1) + w_out.pow(2).sum(0)).sqrt())
+    return out
+
+
+def keep_top(scores: list[torch.Tensor], keep: list[int]) -> dict[int, list[int]]:
+    """{layer: indices to remove} so that each layer keeps its `keep[i]` highest-scoring units."""
+    drop = {}
+    for i, s in enumerate(scores):
+        order = torch.argsort(s, descending=True, stable=True)
+        drop[i] = sorted(order[keep[i]:].tolist())
+    return drop

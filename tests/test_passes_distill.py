@@ -1,0 +1,116 @@
+"""Distillation: student initialisation, losses, the teacher cache, task-agnostic (MLM) mode."""
+
+import copy
+
+import pytest
+import torch
+from test_passes_support import batch_of, roundtrip, sentences, tiny_data, tiny_model
+
+from edgebert.errors import EdgebertError
+from edgebert.model import HeadConfig, build
+from edgebert.passes import DistillConfig, TeacherCache, TrainConfig, distill, init_student, pretraining_data
+from edgebert.passes.distill import DistillObjective, default_layers, resolve_layer_map
+from edgebert.passes.train import collate
+
+
+def config(**kw):
+    train = TrainConfig(**{"steps": 6, "batch_size": 8, "lr": 1e-3, "progress": False, **kw.pop("train", {})})
+    return DistillConfig(train=train, **kw)
+
+
+def test_student_takes_every_kth_layer_and_the_largest_heads():
+    teacher = tiny_model(num_layers=4)
+    assert default_layers(2, 4) == [2, 4] and default_layers(4, 6) == [2, 3, 5, 6]
+    student = init_student(teacher, num_layers=2)
+    assert student.config.num_layers == 2 and teacher.config.num_layers == 4
+    for s, t in zip(student.encoder.encoder.layer, [teacher.encoder.encoder.layer[i] for i in (1, 3)]):
+        assert torch.equal(s.attention.self.query.weight, t.attention.self.query.weight)
+    narrow = init_student(teacher, layers=[1, 4], heads=2, ffn=16)
+    assert narrow.config.layer_heads == [2, 2] and narrow.config.layer_ffn == [16, 16]
+    assert narrow.encoder.encoder.layer[0].attention.self.query.weight.shape == (2 * 8, 32)
+
+
+def test_cache_is_computed_once_and_reused(tmp_path):
+    teacher, data = tiny_model(), tiny_data(48)
+    students = [init_student(teacher, num_layers=2) for _ in range(2)]
+    calls = {"n": 0}
+    teacher.register_forward_hook(lambda *a: calls.__setitem__("n", calls["n"] + 1))
+    cfg = config(hidden_weight=1.0, cache_dir=str(tmp_path / "cache"))
+    _, first = distill(students[0], teacher, data, config=cfg)
+    computed = calls["n"]
+    assert computed > 0
+    _, second = distill(students[1], teacher, data, config=cfg)
+    assert calls["n"] == computed  # the second student never ran the teacher
+    assert first.details["teacher_cache"] == second.details["teacher_cache"]
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+
+
+def test_cached_and_online_teacher_give_the_same_loss(tmp_path):
+    teacher, data = tiny_model(), tiny_data(24)
+    student = init_student(teacher, num_layers=2)
+    cfg = config(hidden_weight=1.0)
+    layer_map = resolve_layer_map(student, teacher, None)
+    cache = TeacherCache.build(teacher, data, sorted(layer_map.values()), tmp_path, progress=False)
+    batch = collate(student, data[:8], range(8))
+    cached = DistillObjective(student, teacher, cfg, layer_map, cache)(batch)
+    online = DistillObjective(student, teacher, cfg, layer_map, None)(batch)
+    assert torch.allclose(cached, online, rtol=1e-2)  # hidden states are cached in float16
+
+
+@pytest.mark.parametrize("weights", [{"attention_weight": 1.0}, {"value_weight": 1.0, "relation_heads": 2},
+                                     {"hidden_weight": 1.0}])
+def test_intermediate_losses_vanish_for_an_identical_student(weights):
+    teacher, data = tiny_model(), tiny_data(8)
+    batch = collate(teacher, data, range(8))
+    kw = dict(logit_weight=0.0, layer_map={i: i for i in range(5)}, **weights)
+    same = DistillObjective(copy.deepcopy(teacher), teacher, config(**kw), kw["layer_map"], None)(batch)
+    assert float(same.detach()) < 1e-7
+    narrow = init_student(teacher, heads=2, ffn=32)  # unequal head counts: head-averaged attention
+    assert float(DistillObjective(narrow, teacher, config(**kw), kw["layer_map"], None)(batch).detach()) > 1e-6
+
+
+def test_narrower_hidden_student_gets_a_projection(tmp_path):
+    teacher, data = tiny_model(), tiny_data(32)
+    student = build(tiny_model().config.__class__(**{**teacher.config.to_dict(), "hidden_size": 16, "head_size": None,
+                                                     "num_heads": 2, "num_layers": 2}), HeadConfig(num_labels=2))
+    cfg = config(hidden_weight=1.0, value_weight=1.0, relation_heads=2, cache_dir=str(tmp_path))
+    objective = DistillObjective(student, teacher, cfg, resolve_layer_map(student, teacher, None), None)
+    assert set(objective.projections) == {"1", "2"}
+    student, record = distill(student, teacher, data, data[:16], config=cfg)
+    assert "accuracy" in record.metrics
+    roundtrip(student, tmp_path)
+
+
+def test_distilled_student_learns_the_teacher(tmp_path):
+    teacher, data = tiny_model(), tiny_data(64)
+    student = tiny_model(num_layers=2, seed=1)  # random, so it starts far from the teacher
+    ids, mask, types = batch_of(data[:16])
+
+    @torch.no_grad()
+    def gap():
+        return float((student(ids, mask, types) - teacher(ids, mask, types)).abs().mean())
+
+    before = gap()
+    student, _ = distill(student, teacher, data, config=config(train={"steps": 30, "lr": 3e-3}), work_dir=tmp_path)
+    assert gap() < before
+    roundtrip(student, tmp_path)
+
+
+def test_task_agnostic_mlm_distillation(tiny_tokenizer, tmp_path):
+    texts = sentences(40)
+    data = pretraining_data(tiny_tokenizer, texts, max_length=24)
+    teacher = tiny_model("masked-lm", vocab_size=len(tiny_tokenizer))
+    student = init_student(teacher, num_layers=2)
+    student, record = distill(student, teacher, data, data[:16], tokenizer=tiny_tokenizer,
+                              config=config(label_weight=1.0, hidden_weight=1.0, attention_weight=1.0))
+    assert 0 <= record.metrics["mlm_accuracy"] <= 1 and record.details["teacher_cache"] is None
+    roundtrip(student, tmp_path)
+    with pytest.raises(EdgebertError, match="tokenizer="):
+        distill(student, teacher, data, config=config())
+
+
+def test_mismatched_pairs_are_refused():
+    with pytest.raises(EdgebertError, match="same head"):
+        distill(tiny_model(), tiny_model("token-classification", 3), tiny_data(16), config=config())
+    with pytest.raises(EdgebertError, match="out of range"):
+        distill(tiny_model(), tiny_model(), tiny_data(16), config=config(hidden_weight=1, layer_map={9: 1}))

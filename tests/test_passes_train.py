@@ -1,0 +1,88 @@
+"""The shared training loop and fine-tuning: tasks, resume, best-model selection, errors."""
+
+import pytest
+import torch
+from test_passes_support import roundtrip, tiny_data, tiny_model
+
+from edgebert.errors import EdgebertError
+from edgebert.passes import FinetuneConfig, TrainConfig, finetune
+from edgebert.passes.train import param_groups
+
+
+def config(**kw):
+    return FinetuneConfig(TrainConfig(**{"steps": 12, "batch_size": 8, "lr": 3e-3, "progress": False, **kw}))
+
+
+@pytest.mark.parametrize("task,labels,kind,metric", [
+    ("classification", 2, "sequence-classification", "accuracy"),
+    ("pair-classification", 2, "sequence-classification", "accuracy"),
+    ("regression", 1, "sequence-classification", "pearson"),
+    ("token-classification", 3, "token-classification", "entity_f1"),
+])
+def test_finetune_every_task_kind(task, labels, kind, metric, tmp_path):
+    model = tiny_model(kind, labels)
+    data = tiny_data(64, task=task)
+    model, record = finetune(model, data, data[:16], config=config(eval_every=6))
+    assert metric in record.metrics
+    assert record.params == sum(p.numel() for p in model.parameters())
+    assert record.flops_128 > 0 and record.steps == 12
+    assert [h[0] for h in record.details["history"]] == [6, 12]
+    roundtrip(model, tmp_path)
+
+
+def test_finetune_learns_and_keeps_the_best():
+    torch.manual_seed(0)
+    data = tiny_data(256)
+    _model, record = finetune(tiny_model(), data, data[:64], config=config(steps=100, batch_size=16, eval_every=50))
+    accuracies = [h[2]["accuracy"] for h in record.details["history"]]
+    assert record.metrics["accuracy"] == max(accuracies) > 0.9
+
+
+def test_resume_after_interruption_matches_uninterrupted(tmp_path):
+    data = tiny_data(96)
+    common = {"steps": 10, "save_every": 4, "freeze_word_embeddings": True}
+    whole, _ = finetune(tiny_model(), data, config=config(**common), work_dir=tmp_path / "whole")
+
+    class Stop(Exception):
+        pass
+
+    interrupted = tiny_model()
+    calls = {"n": 0}
+
+    def bomb(module, inputs, output):
+        calls["n"] += 1
+        if calls["n"] == 7:  # dies during step 7, after the state of step 4 was saved
+            raise Stop
+
+    handle = interrupted.register_forward_hook(bomb)
+    with pytest.raises(Stop):
+        finetune(interrupted, data, config=config(**common), work_dir=tmp_path / "resumed")
+    handle.remove()
+    assert (tmp_path / "resumed" / "state.pt").exists()
+    resumed, _ = finetune(tiny_model(), data, config=config(**common), work_dir=tmp_path / "resumed")
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), name
+    assert torch.equal(resumed.encoder.embeddings.word_embeddings.weight,
+                       tiny_model().encoder.embeddings.word_embeddings.weight)  # frozen
+
+
+def test_work_dir_with_other_options_is_refused(tmp_path):
+    data = tiny_data(32)
+    finetune(tiny_model(), data, config=config(steps=2), work_dir=tmp_path)
+    with pytest.raises(EdgebertError, match="other options"):
+        finetune(tiny_model(), data, config=config(steps=3), work_dir=tmp_path)
+
+
+def test_no_weight_decay_on_bias_and_layernorm():
+    model = tiny_model()
+    decay, no_decay = param_groups(model, 0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(names[id(p)].endswith("weight") and "LayerNorm" not in names[id(p)] for p in decay["params"])
+    assert any("LayerNorm.weight" in names[id(p)] for p in no_decay["params"])
+
+
+def test_bad_input_is_one_clear_error():
+    with pytest.raises(EdgebertError, match="fewer than one batch"):
+        finetune(tiny_model(), tiny_data(4), config=config())
+    with pytest.raises(EdgebertError, match="steps must be at least 1"):
+        TrainConfig(steps=0)
