@@ -1,0 +1,107 @@
+"""What a model takes (`InputSpec`) and the pre-tokenized arrays it is checked and calibrated on.
+
+Eval and calibration sets are dicts of numpy arrays (or an `.npz` holding them): `input_ids`,
+`attention_mask`, `token_type_ids` int [N, T] right-padded, `lengths` [N], and `labels` [N]
+(or [N, T] for token tasks, -100 = ignore) where a metric is wanted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgebert.errors import EdgebertError
+
+ALL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputSpec:
+    """Which of the three BERT inputs the model takes (DistilBERT-style models lack token_type_ids)."""
+
+    names: tuple[str, ...] = ALL_INPUTS
+
+    def __post_init__(self):
+        unknown = [n for n in self.names if n not in ALL_INPUTS]
+        if unknown or "input_ids" not in self.names:
+            raise EdgebertError(f"InputSpec names {self.names} must include input_ids and only use {ALL_INPUTS}")
+
+    @classmethod
+    def of(cls, model: nn.Module) -> "InputSpec":
+        """The spec an edgebert model implies; all three inputs for any other module."""
+        config = getattr(getattr(model, "encoder", model), "config", None)
+        if getattr(config, "type_vocab_size", 1) == 0:
+            return cls(names=("input_ids", "attention_mask"))
+        return cls()
+
+
+def load_arrays(data, *, what: str = "eval set", spec: InputSpec | None = None) -> dict[str, np.ndarray]:
+    """Validate a dict of arrays (or an .npz path); raise one line naming what is wrong."""
+    if isinstance(data, (str, Path)):
+        if not Path(data).is_file():
+            raise EdgebertError(f"{what} {data} does not exist: pass an .npz or a dict of arrays")
+        with np.load(data) as f:
+            data = {k: f[k] for k in f.files}
+    if not isinstance(data, dict):
+        raise EdgebertError(f"{what} is a {type(data).__name__}: pass a dict of numpy arrays or an .npz path")
+    needed = [*(n for n in (spec.names if spec else ALL_INPUTS) if n != "token_type_ids"), "lengths"]
+    missing = [k for k in needed if k not in data]
+    if missing:
+        raise EdgebertError(f"{what} lacks columns {missing}: pass tokenized arrays {needed} (+ labels)")
+    arrays = {k: np.asarray(v) for k, v in data.items()}
+    n, t = arrays["input_ids"].shape if arrays["input_ids"].ndim == 2 else (0, 0)
+    if arrays["input_ids"].ndim != 2 or n == 0 or t == 0:
+        raise EdgebertError(f"{what} is empty or not [N, T] (input_ids shape {arrays['input_ids'].shape}): "
+                            "pass at least one tokenized example")
+    for k in ALL_INPUTS:
+        if k in arrays and arrays[k].shape != (n, t):
+            raise EdgebertError(f"{what} column {k} has shape {arrays[k].shape}, expected {(n, t)}")
+    if arrays["lengths"].shape != (n,) or arrays["lengths"].min() < 1 or arrays["lengths"].max() > t:
+        raise EdgebertError(f"{what} lengths must be [N] with 1 <= length <= {t}")
+    if "token_type_ids" not in arrays:  # single-segment inputs: all zeros
+        arrays["token_type_ids"] = np.zeros_like(arrays["input_ids"])
+    return arrays
+
+
+def take(arrays: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """The first `n` examples."""
+    return {k: v[:n] for k, v in arrays.items()}
+
+
+def batches(arrays: dict, names: tuple[str, ...], batch_size: int, dtype=np.int64) -> Iterator[tuple[slice, dict]]:
+    """Feeds in file order, each batch cut to its longest example (right padding makes that exact)."""
+    n = len(arrays["lengths"])
+    for start in range(0, n, batch_size):
+        rows = slice(start, min(start + batch_size, n))
+        t = int(arrays["lengths"][rows].max())
+        yield rows, {k: np.ascontiguousarray(arrays[k][rows, :t], dtype=dtype) for k in names}
+
+
+def place(outputs: list[tuple[slice, np.ndarray]], n: int, t: int) -> np.ndarray:
+    """Stack per-batch outputs into [N, ...]; token-level outputs are zero-padded back to T."""
+    first = outputs[0][1]
+    token_level = first.ndim == 3
+    shape = (n, t, first.shape[-1]) if token_level else (n, *first.shape[1:])
+    full = np.zeros(shape, dtype=np.float32)
+    for rows, out in outputs:
+        if token_level:
+            full[rows, : out.shape[1]] = out
+        else:
+            full[rows] = out
+    return full
+
+
+@torch.no_grad()
+def torch_logits(model: nn.Module, arrays: dict, spec: InputSpec, batch_size: int = 32) -> np.ndarray:
+    """The PyTorch reference: the model in eval mode, each batch cut to its longest example."""
+    model.eval()
+    outs = []
+    for rows, feed in batches(arrays, spec.names, batch_size):
+        out = model(**{k: torch.from_numpy(v) for k, v in feed.items()})
+        outs.append((rows, out.float().numpy()))
+    return place(outs, *arrays["input_ids"].shape)

@@ -1,0 +1,180 @@
+"""PyTorch → ONNX with dynamic batch and sequence axes, then ONNX Runtime's BERT fusions.
+
+The legacy TorchScript exporter is used on purpose: its graph matches ORT's fusion patterns
+(Attention, EmbedLayerNormalization, SkipLayerNormalization, BiasGelu); the dynamo exporter's does not.
+A fusion is kept only if the fused graph still matches the unfused one numerically.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgebert.errors import EdgebertError
+
+from ._files import atomic_path
+from .data import InputSpec
+
+FUSION_TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnnxExport:
+    """ONNX export options.
+
+    optimize: "fused" (ORT BERT fusions, falling back to "basic" where they do not hold),
+    "basic" (constant folding and clean-up only; what static QDQ quantization wants), or "none".
+    num_heads/hidden_size: for the fusion; read from an edgebert model, else detected from the graph."""
+
+    opset: int = 17
+    input_dtype: str = "int64"
+    optimize: str = "fused"
+    fuse_embeddings: bool = True
+    num_heads: int | None = None
+    hidden_size: int | None = None
+
+    def __post_init__(self):
+        if self.input_dtype not in ("int64", "int32"):
+            raise EdgebertError(f"OnnxExport input_dtype {self.input_dtype!r}: use 'int64' or 'int32'")
+        if self.optimize not in ("fused", "basic", "none"):
+            raise EdgebertError(f"OnnxExport optimize {self.optimize!r}: use 'fused', 'basic' or 'none'")
+        if self.opset < 17:
+            raise EdgebertError(f"OnnxExport opset {self.opset}: use 17 or newer (LayerNormalization)")
+
+
+class Positional(nn.Module):
+    """Calls `model(**named inputs)` from positional tensors, so input names and order are ours."""
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...]):
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, *args):
+        out = self.model(**dict(zip(self.names, args)))
+        if not isinstance(out, torch.Tensor):
+            raise EdgebertError(f"{type(self.model).__name__} returns {type(out).__name__}, not one logits tensor: "
+                                "export a model whose forward returns a single tensor")
+        return out
+
+
+def sample_inputs(model: nn.Module, spec: InputSpec, dtype: torch.dtype, batch: int = 2, t: int = 8,
+                  seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random in-vocabulary ids with right padding, for tracing and numerical checks."""
+    rows = [e.num_embeddings for e in model.modules() if isinstance(e, nn.Embedding) and e.num_embeddings > 2]
+    high = min(rows + [1000])
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, high, (batch, t), generator=g)
+    mask = torch.ones(batch, t, dtype=torch.long)
+    mask[0, t // 2:] = 0
+    ids = ids * mask
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros(batch, t, dtype=torch.long)}
+    return {k: feeds[k].to(dtype) for k in spec.names}
+
+
+def _heads(model: nn.Module, config: OnnxExport) -> tuple[int, int]:
+    """(num_heads, hidden) for the fusion; (0, 0) lets ORT read them per layer from the graph."""
+    if config.num_heads is not None:
+        return config.num_heads, config.hidden_size or 0
+    c = getattr(getattr(model, "encoder", model), "config", None)
+    if c is None or not hasattr(c, "heads"):
+        return 0, 0
+    heads = {c.heads(i) for i in range(c.num_layers)}
+    if len(heads) != 1 or c.heads(0) * c.head_size != c.hidden_size:
+        return 0, 0  # pruned: head counts differ per layer
+    return heads.pop(), c.hidden_size
+
+
+def trace(model: nn.Module, spec: InputSpec, config: OnnxExport, out: Path) -> None:
+    """The raw exporter graph at `out`; an op the exporter cannot handle becomes one clear error."""
+    dtype = torch.int32 if config.input_dtype == "int32" else torch.int64
+    args = tuple(sample_inputs(model, spec, dtype).values())
+    axes = {n: {0: "batch", 1: "sequence"} for n in spec.names}
+    axes["logits"] = {0: "batch"}
+    model.eval()
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Positional(model, spec.names), args, str(out), input_names=list(spec.names),
+                              output_names=["logits"], dynamic_axes=axes, opset_version=config.opset,
+                              dynamo=False, do_constant_folding=True)
+    except EdgebertError:
+        raise
+    except Exception as e:  # the exporter raises many types; the first line names the op
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise EdgebertError(f"ONNX export of {type(model).__name__} failed ({first[:200]}): "
+                            "replace the unsupported op or export with a newer opset") from None
+    import onnx
+
+    graph = onnx.load(str(out))
+    if graph.graph.output and len(graph.graph.output[0].type.tensor_type.shape.dim) == 3:
+        graph.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "sequence"  # token-level logits
+        onnx.save(graph, str(out))
+
+
+def _basic(src: Path, dst: Path) -> None:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(dst)
+    options.intra_op_num_threads = 1
+    ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
+
+
+def _same_outputs(a: Path, b: Path, feeds: list[dict[str, np.ndarray]]) -> float:
+    from .runtime import ort_session
+
+    sa, sb = ort_session(a), ort_session(b)
+    return max(float(np.abs(sa.run(None, f)[0] - sb.run(None, f)[0]).max()) for f in feeds)
+
+
+def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxExport) -> dict:
+    """ORT's BERT fusions, kept only when they hold; else basic optimization, with the reason."""
+    from onnxruntime.transformers import optimizer
+    from onnxruntime.transformers.fusion_options import FusionOptions
+
+    heads, hidden = _heads(model, config)
+    options = FusionOptions("bert")
+    options.enable_embed_layer_norm = config.fuse_embeddings
+    dtype = torch.int32 if config.input_dtype == "int32" else torch.int64
+    feeds = [{k: v.numpy() for k, v in sample_inputs(model, spec, dtype, b, t, seed).items()}
+             for b, t, seed in ((2, 8, 1), (1, 5, 2), (3, 13, 3))]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fused = optimizer.optimize_model(str(raw), model_type="bert", num_heads=heads, hidden_size=hidden,
+                                             optimization_options=options, opt_level=0)
+        stats = {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
+        fused.save_model_to_file(str(dst))
+        diff = _same_outputs(raw, dst, feeds)
+        if diff <= FUSION_TOLERANCE:
+            return {"optimization": "fused", "fused_ops": stats, "fusion_max_abs_diff": diff}
+        reason = f"fused graph differs from the unfused one by {diff:.3g}"
+    except Exception as e:  # an unmatched pattern inside ORT's optimizer
+        reason = f"ORT fusion failed: {str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}"
+    _basic(raw, dst)
+    return {"optimization": "basic", "fusion_fallback": reason}
+
+
+def export_onnx(model: nn.Module, config: OnnxExport, spec: InputSpec, out: str | Path) -> dict:
+    """Write `out` (atomically) and return its metadata."""
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="edgebert-onnx-") as tmp, atomic_path(out) as dst:
+        raw = Path(tmp) / "raw.onnx"
+        trace(model, spec, config, raw)
+        if config.optimize == "fused":
+            info = _fuse(raw, dst, model, spec, config)
+        elif config.optimize == "basic":
+            _basic(raw, dst)
+            info = {"optimization": "basic"}
+        else:
+            dst.write_bytes(raw.read_bytes())
+            info = {"optimization": "none"}
+    return {"format": "onnx", "opset": config.opset, "inputs": list(spec.names), "input_dtype": config.input_dtype,
+            "outputs": ["logits"], "dynamic_axes": ["batch", "sequence"], **info}

@@ -1,0 +1,116 @@
+"""PyTorch → one .tflite file with a fixed-length signature per sequence bucket.
+
+litert-torch converts at fixed shapes only (dynamic sequence length fails in tracing, and a
+quantized file cannot be resized), so each length in `seq_lens` becomes a signature `seq_<T>`
+with int32 inputs named like the model's and one output `logits`; the runtime picks the
+smallest bucket that holds the input (`export.runtime.pick_signature`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from edgebert.errors import EdgebertError
+
+from ._files import atomic_path
+from .data import InputSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class TFLiteExport:
+    """TFLite export options. precision: "fp32", or "fp16" (weights stored as float16, computed in float32).
+
+    INT8 variants come from `quantize.quantize(<this file>, DynamicInt8() | StaticInt8(...) | ...)`."""
+
+    seq_lens: tuple[int, ...] = (16, 32, 64, 128)
+    batch_size: int = 1
+    precision: str = "fp32"
+
+    def __post_init__(self):
+        if not self.seq_lens or any(int(t) < 1 for t in self.seq_lens) or len(set(self.seq_lens)) != len(self.seq_lens):
+            raise EdgebertError(f"TFLiteExport seq_lens {self.seq_lens}: give distinct positive lengths, e.g. (16, 32, 64, 128)")
+        if self.precision not in ("fp32", "fp16"):
+            raise EdgebertError(f"TFLiteExport precision {self.precision!r}: use 'fp32' or 'fp16' "
+                                "(INT8 comes from quantize.quantize on the exported file)")
+        if self.batch_size < 1:
+            raise EdgebertError("TFLiteExport batch_size must be >= 1")
+
+
+class Named(nn.Module):
+    """Keyword inputs in, `{"logits": ...}` out: the names become the signature's input and output names."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, **inputs):
+        out = self.model(**{k: v.long() for k, v in inputs.items()})
+        if not isinstance(out, torch.Tensor):
+            raise EdgebertError(f"{type(self.model).__name__} returns {type(out).__name__}, not one logits tensor")
+        return {"logits": out}
+
+
+def _max_length(model: nn.Module) -> int | None:
+    config = getattr(getattr(model, "encoder", model), "config", None)
+    return getattr(config, "max_length", None)
+
+
+def convert(model: nn.Module, spec: InputSpec, seq_lens, batch_size: int = 1) -> bytes:
+    """The FP32 flatbuffer with one signature per length, conversion logs kept out of the console."""
+    import litert_torch
+
+    limit = _max_length(model)
+    if limit is not None and max(seq_lens) > limit:
+        raise EdgebertError(f"seq_lens {tuple(seq_lens)} exceed the model's {limit} positions: drop the longer lengths")
+    wrapped = Named(model.eval()).eval()
+    converter = None
+    for t in sorted(seq_lens):
+        sample = {k: torch.zeros(batch_size, t, dtype=torch.int32) for k in spec.names}
+        converter = (litert_torch.signature if converter is None else converter.signature)(f"seq_{t}", wrapped,
+                                                                                          sample_kwargs=sample)
+    log = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            warnings.simplefilter("ignore")
+            edge = converter.convert()
+    except EdgebertError:
+        raise
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise EdgebertError(f"TFLite conversion of {type(model).__name__} failed ({first[:200]}): "
+                            "replace the unsupported op; litert-torch converts fixed shapes only") from None
+    with tempfile.TemporaryDirectory(prefix="edgebert-tflite-") as tmp:
+        path = Path(tmp) / "model.tflite"
+        with contextlib.redirect_stdout(log):
+            edge.export(str(path))
+        return path.read_bytes()
+
+
+def fp16(flatbuffer: bytes) -> bytes:
+    """Weights as float16 (half the bytes), dequantized to float32 at load."""
+    from ai_edge_quantizer import algorithm_manager, quantizer
+
+    q = quantizer.Quantizer(bytearray(flatbuffer))
+    q.add_weight_only_config(regex=".*", operation_name="*", num_bits=16,
+                             algorithm_key=algorithm_manager.AlgorithmName.FLOAT_CASTING)
+    return bytes(q.quantize(enable_progress_report=False).quantized_model)
+
+
+def export_tflite(model: nn.Module, config: TFLiteExport, spec: InputSpec, out: str | Path) -> dict:
+    """Write `out` (atomically) and return its metadata."""
+    data = convert(model, spec, config.seq_lens, config.batch_size)
+    if config.precision == "fp16":
+        data = fp16(data)
+    with atomic_path(out) as tmp:
+        tmp.write_bytes(data)
+    return {"format": "tflite", "precision": config.precision, "inputs": list(spec.names), "input_dtype": "int32",
+            "outputs": ["logits"], "batch_size": config.batch_size,
+            "signatures": {f"seq_{t}": t for t in sorted(config.seq_lens)}}

@@ -1,0 +1,138 @@
+"""Public quantization configs: small frozen dataclasses with keyword-only options.
+
+Implementations live in `quantize.onnx_ptq`, `quantize.tflite_ptq`, `quantize.mixed` and
+`quantize.qat`, found through `quantize.registry`; nothing here imports a runtime.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgebert.errors import EdgebertError
+from export.verify import Budget
+
+TARGETS = ("x86", "x86-vnni", "arm")
+METHODS = ("minmax", "percentile", "entropy")
+# Kinds of ops in an exported BERT graph: the unit of float/INT8 choices (see quantize.onnx_ptq.classify).
+KINDS = ("linear", "attention_matmul", "layernorm", "softmax", "gelu", "residual_add", "bias_add",
+         "embedding_add", "mask_add")
+
+
+def host_target() -> str:
+    """The target of this machine: arm, x86 with VNNI (no reduce_range needed) or plain x86."""
+    if platform.machine().lower() in ("arm64", "aarch64"):
+        return "arm"
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "x86"
+    return "x86-vnni" if ("avx512_vnni" in flags or "avx_vnni" in flags) else "x86"
+
+
+def _check_target(target: str) -> None:
+    if target not in TARGETS:
+        raise EdgebertError(f"target {target!r}: use one of {TARGETS}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Int8Embeddings:
+    """Weight-only INT8 word embeddings, dequantized after the lookup: a 4× smaller table.
+
+    ONNX: Gather on an int8 table + per-row scale (ORT's QEmbedLayerNormalization where the graph
+    has a fused EmbedLayerNormalization); TFLite: int8 EMBEDDING_LOOKUP weights."""
+
+    min_rows: int = 1000  # only tables at least this tall (the word embedding, not positions/types)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DynamicInt8:
+    """INT8 weights, activations quantized at run time (ORT dynamic; TFLite dynamic-range).
+
+    target (default: this machine): "x86" (U8 activations/S8 weights, reduce_range for CPUs without
+    VNNI), "x86-vnni", or "arm" (S8/S8), following ONNX Runtime's guidance."""
+
+    per_channel: bool = True
+    target: str = field(default_factory=host_target)
+    int8_embeddings: bool = True
+
+    def __post_init__(self):
+        _check_target(self.target)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticInt8:
+    """INT8 weights and activations calibrated on task data (ONNX QDQ; full-INT8 TFLite).
+
+    exclude: op kinds kept in float (KINDS above); the default keeps the known
+    outlier-prone ops (LayerNorm, Softmax, GELU, residual/embedding/mask Adds) in FP32.
+    io: TFLite only: "float" keeps float logits, "int8" quantizes the output tensor too."""
+
+    method: str = "minmax"
+    samples: int = 256
+    target: str = field(default_factory=host_target)
+    per_channel: bool = True
+    exclude: tuple[str, ...] = ("layernorm", "softmax", "gelu", "residual_add", "embedding_add", "mask_add", "bias_add")
+    int8_embeddings: bool = True
+    io: str = "float"
+
+    def __post_init__(self):
+        _check_target(self.target)
+        if self.method not in METHODS:
+            raise EdgebertError(f"calibration method {self.method!r}: use one of {METHODS}")
+        if self.io not in ("float", "int8"):
+            raise EdgebertError(f"io {self.io!r}: use 'float' or 'int8'")
+        if self.samples < 1:
+            raise EdgebertError("StaticInt8 samples must be >= 1")
+        unknown = sorted(set(self.exclude) - set(KINDS))
+        if unknown:
+            raise EdgebertError(f"StaticInt8 exclude has unknown kinds {unknown}: use some of {KINDS}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixedPrecision:
+    """Static INT8, then keep in float the op kinds (or layers) that cost accuracy, most sensitive
+    first, until the quantized model is within `budget` of the float one on the eval split
+    (sensitivity is measured on its first `search_samples` examples, the budget on all of it).
+
+    The matrix multiplications (where the bytes and the time are) always stay INT8; if the budget
+    still fails with everything else in float, quantize raises instead of shipping a worse model."""
+
+    budget: Budget = Budget(max_metric_drop=1.0)
+    method: str = "minmax"
+    samples: int = 256
+    search_samples: int = 256  # eval examples for the per-group sensitivity; the budget uses all
+    target: str = field(default_factory=host_target)
+    per_channel: bool = True
+    int8_embeddings: bool = True
+    io: str = "float"
+
+    def __post_init__(self):
+        _check_target(self.target)
+        if self.method not in METHODS:
+            raise EdgebertError(f"calibration method {self.method!r}: use one of {METHODS}")
+        if not isinstance(self.budget, Budget) or self.budget == Budget():
+            raise EdgebertError("MixedPrecision needs a Budget with a limit, e.g. Budget(max_metric_drop=1.0)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QAT:
+    """Fake-quant fine-tuning distilled from the float model, then export to QDQ ONNX or INT8 TFLite.
+
+    Linear weights are fake-quantized per channel (symmetric int8) and their inputs per tensor
+    with ranges tracked during training; the loss is KL (classification) or MSE to the teacher."""
+
+    steps: int = 300
+    lr: float = 2e-5
+    batch_size: int = 16
+    temperature: float = 2.0
+    target: str = field(default_factory=host_target)
+    int8_embeddings: bool = True
+    seq_lens: tuple[int, ...] = (16, 32, 64, 128)  # TFLite output only
+    seed: int = 0
+
+    def __post_init__(self):
+        _check_target(self.target)
+        if self.steps < 0 or self.lr <= 0 or self.batch_size < 1:
+            raise EdgebertError("QAT needs steps >= 0, lr > 0, batch_size >= 1")

@@ -1,0 +1,267 @@
+"""ONNX post-training quantization: dynamic INT8, static QDQ INT8, INT8 embedding tables.
+
+Static QDQ runs on the unfused graph (ORT's QDQ quantizer has no fused Attention); node kinds
+(`classify`) let callers keep outlier-prone ops in float, and linear layers left out of the
+static part are quantized dynamically instead of staying FP32, so the weights are always INT8.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from edgebert.errors import EdgebertError
+from export.data import batches, take
+
+FUSED_OPS = {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu", "FastGelu"}
+
+
+def _quant_types(target: str):
+    from onnxruntime.quantization import QuantType
+
+    activation = QuantType.QInt8 if target == "arm" else QuantType.QUInt8
+    return activation, QuantType.QInt8, target == "x86"  # reduce_range: U8S8 saturates without VNNI
+
+
+def classify(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
+    """{node name: (kind, layer)} for the nodes whose precision matters; layer is "layer.<i>" or "other"."""
+    inits = {i.name for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    from_mask, from_embedding = {"attention_mask"}, set()
+    for n in model.graph.node:  # graph order is topological
+        acts = [i for i in n.input if i and i not in inits]
+        if n.op_type == "Gather" and n.input[0] in inits:
+            from_embedding.update(n.output)
+        elif acts and all(i in from_mask for i in acts):
+            from_mask.update(n.output)
+    kinds: dict[str, tuple[str, str]] = {}
+
+    def put(node, kind):
+        m = re.search(r"layer\.(\d+)", node.name)
+        kinds[node.name] = (kind, f"layer.{m.group(1)}" if m else "other")
+
+    for n in model.graph.node:
+        acts = [i for i in n.input if i and i not in inits]
+        if all(o in from_mask for o in n.output):  # (1 - mask) * -big: part of the mask Add
+            put(n, "mask_add")
+        elif n.op_type in ("MatMul", "Gemm"):
+            put(n, "linear" if len(acts) == 1 else "attention_matmul")
+        elif n.op_type == "LayerNormalization":
+            put(n, "layernorm")
+        elif n.op_type == "Softmax":
+            put(n, "softmax")
+        elif n.op_type in ("Erf", "Gelu", "Tanh") and "pooler" not in n.name:
+            put(n, "gelu")
+            if n.op_type == "Erf":  # x * 0.5 * (1 + erf(x / sqrt2)): the Div before, the Add and Muls after
+                chain = [producer.get(n.input[0])]
+                nxt = consumers.get(n.output[0], [])
+                while nxt and nxt[0].op_type in ("Add", "Mul") and len(chain) < 5:
+                    chain.append(nxt[0])
+                    nxt = consumers.get(nxt[0].output[0], [])
+                for c in chain:
+                    if c is not None:
+                        put(c, "gelu")
+        elif n.op_type == "Add" and n.name not in kinds:
+            if any(i in from_mask for i in n.input):
+                put(n, "mask_add")
+            elif all(i in from_embedding for i in acts):
+                put(n, "embedding_add")
+                from_embedding.update(n.output)
+            elif len(acts) == 1:
+                put(n, "bias_add")
+            else:
+                put(n, "residual_add")
+    return kinds
+
+
+def finite_mask(model: onnx.ModelProto) -> int:
+    """Replace the mask's float-min constant (-3.4e38) by -1e4, in place: softmax output is the same
+    (exp(-1e4) == 0 in float32), and calibration histograms and QDQ scales stay finite."""
+    inits = {i.name: i for i in model.graph.initializer}
+    mask_path, replaced = {"attention_mask"}, 0
+    for n in model.graph.node:
+        acts = [i for i in n.input if i and i not in inits]
+        if not (acts and all(i in mask_path for i in acts)):
+            continue
+        mask_path.update(n.output)
+        for i in n.input:
+            if i in inits and inits[i].data_type == onnx.TensorProto.FLOAT:
+                value = numpy_helper.to_array(inits[i])
+                if value.size and (value <= -1e30).all():
+                    inits[i].CopyFrom(numpy_helper.from_array(np.full_like(value, -1e4), i))
+                    replaced += 1
+    return replaced
+
+
+def has_fused_ops(model: onnx.ModelProto) -> bool:
+    return any(n.op_type in FUSED_OPS for n in model.graph.node)
+
+
+def _feeds(model_path: Path, arrays: dict, fixed: bool):
+    """Calibration batches typed like the graph's inputs; `fixed` pads all to one length, because
+    ORT's histogram calibrators stack every batch's tensors into one array."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    names = tuple(i.name for i in model.graph.input)
+    dtype = np.int32 if model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT32 else np.int64
+    if fixed:
+        t = int(arrays["lengths"].max())
+        arrays = {**arrays, "lengths": np.full_like(arrays["lengths"], t)}
+    return [feed for _, feed in batches(arrays, names, 8, dtype)]
+
+
+def calibrate(src: Path, arrays: dict, method: str, samples: int, cache: Path) -> None:
+    """Tensor ranges of `src` on up to `samples` examples, saved to `cache` (ORT's JSON) for reuse."""
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod
+    from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, feeds):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    methods = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+               "entropy": CalibrationMethod.Entropy}
+    with tempfile.TemporaryDirectory(prefix="edgebert-calib-") as tmp:  # the augmented model goes here, not the cwd
+        calibrator = create_calibrator(src, ["MatMul", "Gemm", "Add", "Mul", "LayerNormalization", "Softmax"],
+                                       augmented_model_path=str(Path(tmp) / "augmented_model.onnx"),
+                                       calibrate_method=methods[method], extra_options={"symmetric": False})
+        calibrator.execution_providers = ["CPUExecutionProvider"]
+        calibrator.collect_data(Reader(_feeds(src, take(arrays, samples), fixed=method != "minmax")))
+        save_tensors_data(calibrator.compute_data(), cache)
+
+
+def static(src: Path, dst: Path, *, cache: Path, method: str, target: str, per_channel: bool,
+           float_nodes: set[str], dynamic_nodes: set[str]) -> None:
+    """QDQ INT8 of `src` except `float_nodes`; `dynamic_nodes` (linear layers) get dynamic INT8 instead."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_dynamic, quantize_static
+
+    activation, weight, reduce_range = _quant_types(target)
+    methods = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+               "entropy": CalibrationMethod.Entropy}
+    model = onnx.load(str(src))
+    quantized = [n.name for n in model.graph.node if n.name not in float_nodes | dynamic_nodes]
+    with tempfile.TemporaryDirectory(prefix="edgebert-static-") as tmp:
+        qdq = Path(tmp) / "qdq.onnx"
+        logging.disable(logging.WARNING)  # ORT warns about pre-processing on every call
+        try:
+            quantize_static(model, str(qdq), None, quant_format=QuantFormat.QDQ,
+                            op_types_to_quantize=["MatMul", "Gemm", "Add", "Mul", "LayerNormalization", "Softmax"],
+                            nodes_to_quantize=quantized, per_channel=per_channel, reduce_range=reduce_range,
+                            activation_type=activation, weight_type=weight, calibrate_method=methods[method],
+                            calibration_cache_path=str(cache),
+                            extra_options={"ActivationSymmetric": target == "arm", "WeightSymmetric": True,
+                                           # float MatMul outputs: int8 compute, no requantization error
+                                           "OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"]})
+            model = onnx.load(str(qdq))
+            keep_float(model, float_nodes | dynamic_nodes)
+            onnx.save(model, str(qdq))
+            if dynamic_nodes:
+                quantize_dynamic(str(qdq), str(dst), op_types_to_quantize=["MatMul"],
+                                 nodes_to_quantize=sorted(dynamic_nodes), per_channel=per_channel,
+                                 reduce_range=reduce_range, weight_type=weight,
+                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+            else:
+                dst.write_bytes(qdq.read_bytes())
+        finally:
+            logging.disable(logging.NOTSET)
+
+
+def keep_float(model: onnx.ModelProto, float_nodes: set[str]) -> None:
+    """Point float nodes back at the float tensor where ORT gave them a shared Quantize→Dequantize
+    output (e.g. a residual Add reading a LayerNorm output that the next MatMul quantizes); drop
+    pairs nobody reads any more."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    for n in model.graph.node:
+        if n.name not in float_nodes:
+            continue
+        for k, name in enumerate(n.input):
+            dq = producer.get(name)
+            q = producer.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+            if q is not None and q.op_type == "QuantizeLinear":
+                n.input[k] = q.input[0]
+    while True:
+        read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+        dead = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+                and not any(o in read for o in n.output)]
+        if not dead:
+            return
+        for n in dead:
+            model.graph.node.remove(n)
+
+
+def dynamic(src: Path, dst: Path, *, target: str, per_channel: bool, embeddings: bool) -> None:
+    """ORT dynamic INT8 (fused Attention and MatMul; EmbedLayerNormalization when `embeddings`)."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    _, weight, reduce_range = _quant_types(target)
+    ops = ["MatMul", "Attention"] + (["EmbedLayerNormalization"] if embeddings else [])
+    logging.disable(logging.WARNING)
+    try:
+        quantize_dynamic(str(src), str(dst), op_types_to_quantize=ops, per_channel=per_channel,
+                         reduce_range=reduce_range, weight_type=weight,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def int8_embeddings(model: onnx.ModelProto, min_rows: int) -> list[str]:
+    """Replace each float table Gather with ≥ `min_rows` rows by an int8 table + per-row scale:
+    Gather(int8) → Cast → Mul(Gather(scale)). Returns the tables converted (in place)."""
+    inits = {i.name: i for i in model.graph.initializer}
+    done, nodes = [], []
+    for n in model.graph.node:
+        table = inits.get(n.input[0]) if n.op_type == "Gather" else None
+        axis = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "axis"), 0)
+        if table is None or table.data_type != onnx.TensorProto.FLOAT or len(table.dims) != 2 \
+                or table.dims[0] < min_rows or axis != 0:
+            nodes.append(n)
+            continue
+        w = numpy_helper.to_array(table)
+        scale = np.maximum(np.abs(w).max(axis=1, keepdims=True), 1e-12) / 127.0
+        q = np.clip(np.round(w / scale), -127, 127).astype(np.int8)
+        base = table.name
+        model.graph.initializer.remove(table)
+        model.graph.initializer.extend([numpy_helper.from_array(q, f"{base}_int8"),
+                                        numpy_helper.from_array(scale.astype(np.float32), f"{base}_scale")])
+        out, ids = n.output[0], n.input[1]
+        nodes += [helper.make_node("Gather", [f"{base}_int8", ids], [f"{out}_q"], name=f"{n.name}_int8"),
+                  helper.make_node("Cast", [f"{out}_q"], [f"{out}_f"], to=onnx.TensorProto.FLOAT, name=f"{n.name}_cast"),
+                  helper.make_node("Gather", [f"{base}_scale", ids], [f"{out}_s"], name=f"{n.name}_scale"),
+                  helper.make_node("Mul", [f"{out}_f", f"{out}_s"], [out], name=f"{n.name}_dequant")]
+        done.append(base)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return done
+
+
+def embed_int8(src: Path, dst: Path, *, min_rows: int) -> dict:
+    """INT8 embeddings on any graph: our per-row Gather rewrite, or ORT's QEmbedLayerNormalization
+    when the tables sit inside a fused EmbedLayerNormalization."""
+    model = onnx.load(str(src))
+    if any(n.op_type == "EmbedLayerNormalization" for n in model.graph.node):
+        from onnxruntime.quantization import quantize_dynamic
+
+        logging.disable(logging.WARNING)
+        try:
+            quantize_dynamic(str(src), str(dst), op_types_to_quantize=["EmbedLayerNormalization"],
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        finally:
+            logging.disable(logging.NOTSET)
+        return {"int8_embeddings": "QEmbedLayerNormalization"}
+    tables = int8_embeddings(model, min_rows)
+    if not tables:
+        raise EdgebertError(f"no embedding table with >= {min_rows} rows found: lower Int8Embeddings(min_rows=...)")
+    onnx.save(model, str(dst))
+    return {"int8_embeddings": tables}

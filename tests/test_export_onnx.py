@@ -1,0 +1,106 @@
+"""ONNX export: outputs match PyTorch in onnxruntime, fused or not; bad inputs fail in one line."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from edgebert.errors import EdgebertError
+from edgebert.model import EncoderConfig, HeadConfig, build
+from export import Budget, InputSpec, OnnxExport, export, load_arrays
+from export.data import torch_logits
+
+
+def tiny(**overrides):
+    torch.manual_seed(0)
+    head = overrides.pop("head", HeadConfig())
+    config = dict(vocab_size=120, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_positions=64)
+    return build(EncoderConfig(**{**config, **overrides}), head).eval()
+
+
+def eval_arrays(n=24, t=20, vocab=120, seed=0, labels=2):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, t + 1, n).astype(np.int32)
+    mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
+    return {"input_ids": (rng.integers(1, vocab, (n, t)) * mask).astype(np.int32), "attention_mask": mask,
+            "token_type_ids": np.zeros((n, t), np.int32), "lengths": lengths, "labels": rng.integers(0, labels, n)}
+
+
+def test_fused_fp32_matches_pytorch(tmp_path):
+    r = export(tiny(), OnnxExport(), out=tmp_path / "m.onnx", eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
+    assert r.meta["optimization"] == "fused"
+    assert {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu"} <= set(r.meta["fused_ops"])
+    assert r.verify["max_abs_diff"] <= 1e-4 and r.verify["agreement"] == 1.0
+    assert json.loads((tmp_path / "m.onnx.verify.json").read_text())["max_abs_diff"] <= 1e-4
+    assert json.loads((tmp_path / "m.onnx.meta.json").read_text())["input_dtype"] == "int64"
+
+
+def test_int32_inputs_and_dynamic_axes(tmp_path):
+    r = export(tiny(), OnnxExport(optimize="basic", input_dtype="int32"), out=tmp_path / "m.onnx",
+               eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
+    graph = onnx.load(str(r.path)).graph
+    assert [i.name for i in graph.input] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert all(i.type.tensor_type.elem_type == onnx.TensorProto.INT32 for i in graph.input)
+    assert [d.dim_param for d in graph.input[0].type.tensor_type.shape.dim] == ["batch", "sequence"]
+    assert graph.output[0].name == "logits"
+
+
+def test_model_without_token_type_ids(tmp_path):
+    model = tiny(type_vocab_size=0)
+    assert InputSpec.of(model).names == ("input_ids", "attention_mask")
+    r = export(model, OnnxExport(), out=tmp_path / "m.onnx", eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
+    assert r.meta["inputs"] == ["input_ids", "attention_mask"]
+
+
+def test_pruned_heads_verified_fused_or_fallback(tmp_path):
+    r = export(tiny(layer_heads=[4, 2], head_size=8), OnnxExport(), out=tmp_path / "m.onnx", eval_data=eval_arrays(),
+               budget=Budget(max_abs_diff=1e-4))
+    assert r.meta["optimization"] in ("fused", "basic")
+    assert r.meta["optimization"] == "fused" or "fusion_fallback" in r.meta
+
+
+def test_token_classifier_logits_per_token(tmp_path):
+    model = tiny(head=HeadConfig(kind="token-classification", num_labels=5))
+    data = eval_arrays()
+    data["labels"] = np.where(np.arange(20)[None] < data["lengths"][:, None], 1, -100)
+    r = export(model, OnnxExport(), out=tmp_path / "m.onnx", eval_data=data, budget=Budget(max_abs_diff=1e-4))
+    assert r.verify["metric"] == "accuracy"
+    assert torch_logits(model, load_arrays(data), InputSpec()).shape == (24, 20, 5)
+
+
+class Eigh(torch.nn.Module):
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        x = input_ids.float()[:, :2]
+        return torch.linalg.eigh(x.T @ x)[0][None].expand(input_ids.shape[0], 2)
+
+
+def test_unsupported_op_is_one_line_and_leaves_nothing(tmp_path):
+    with pytest.raises(EdgebertError) as e:
+        export(Eigh(), OnnxExport(), out=tmp_path / "m.onnx")
+    assert "linalg_eigh" in str(e.value) and "\n" not in str(e.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({}, "lacks columns"),
+    ({"input_ids": np.zeros((0, 8), np.int32), "attention_mask": np.zeros((0, 8), np.int32),
+      "lengths": np.zeros(0, np.int32)}, "empty"),
+])
+def test_bad_eval_set(tmp_path, bad, message):
+    with pytest.raises(EdgebertError, match=message):
+        export(tiny(), OnnxExport(), out=tmp_path / "m.onnx", eval_data=bad)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_config_and_suffix(tmp_path):
+    with pytest.raises(EdgebertError, match="input_dtype"):
+        OnnxExport(input_dtype="float32")
+    with pytest.raises(EdgebertError, match="name the output"):
+        export(tiny(), OnnxExport(), out=tmp_path / "m.tflite")
+
+
+def test_budget_violation_names_the_limit(tmp_path):
+    with pytest.raises(EdgebertError, match="agreement"):
+        export(tiny(), OnnxExport(), out=tmp_path / "m.onnx", eval_data=eval_arrays(), budget=Budget(min_agreement=1.01))

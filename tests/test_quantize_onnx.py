@@ -1,0 +1,144 @@
+"""ONNX quantization: dynamic, static QDQ, mixed precision, INT8 embeddings, QAT; bad inputs."""
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from edgebert.errors import EdgebertError
+from edgebert.model import EncoderConfig, HeadConfig, build
+from export import Budget, OnnxExport, export
+from quantize import QAT, DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8, quantize
+from quantize.config import KINDS
+from quantize.onnx_ptq import classify
+
+VOCAB = 1500  # above Int8Embeddings.min_rows, so the word table is converted
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return build(EncoderConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                               max_positions=32), HeadConfig()).eval()
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    n, t = 32, 16
+    lengths = rng.integers(2, t + 1, n).astype(np.int32)
+    mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
+    return {"input_ids": (rng.integers(1, VOCAB, (n, t)) * mask).astype(np.int32), "attention_mask": mask,
+            "token_type_ids": np.zeros((n, t), np.int32), "lengths": lengths, "labels": rng.integers(0, 2, n)}
+
+
+@pytest.fixture(scope="module")
+def fused(model, tmp_path_factory):
+    return export(model, OnnxExport(), out=tmp_path_factory.mktemp("onnx") / "fp32.onnx").path
+
+
+@pytest.fixture(scope="module")
+def kinds(model, tmp_path_factory):
+    """Node kinds of the float graph static quantization starts from."""
+    path = export(model, OnnxExport(optimize="basic"), out=tmp_path_factory.mktemp("basic") / "fp32.onnx").path
+    return classify(onnx.load(str(path)))
+
+
+def ops(path):
+    return [n.op_type for n in onnx.load(str(path)).graph.node]
+
+
+def test_dynamic_int8_close_and_smaller(fused, data, tmp_path):
+    r = quantize(fused, DynamicInt8(target="x86"), out=tmp_path / "q.onnx", eval_data=data,
+                 budget=Budget(max_abs_diff=0.05, min_agreement=0.9))
+    assert r.path.stat().st_size < fused.stat().st_size / 2
+    assert {"QAttention", "MatMulInteger"} & set(ops(r.path)) and "QEmbedLayerNormalization" in ops(r.path)
+    assert r.meta["reduce_range"] is True and r.verify["reference"] == "fp32.onnx"
+
+
+def test_int8_embeddings_gather_on_int8_table(model, data, tmp_path):
+    r = quantize(model, Int8Embeddings(), out=tmp_path / "e.onnx", eval_data=data,
+                 export_as=OnnxExport(optimize="fused", fuse_embeddings=False), budget=Budget(max_abs_diff=0.05))
+    graph = onnx.load(str(r.path)).graph
+    table = next(i for i in graph.initializer if i.name.endswith("word_embeddings.weight_int8"))
+    assert table.data_type == onnx.TensorProto.INT8 and list(table.dims) == [VOCAB, 32]
+    assert not any(i.name.endswith("word_embeddings.weight") for i in graph.initializer)
+
+
+def test_static_int8_keeps_excluded_kinds_float(model, data, kinds, tmp_path):
+    r = quantize(model, StaticInt8(method="percentile", samples=16), out=tmp_path / "s.onnx", calibration=data,
+                 eval_data=data, budget=Budget(max_abs_diff=0.5))
+    assert set(r.meta["float"]) == {"layernorm", "softmax", "gelu", "residual_add", "bias_add", "embedding_add", "mask_add"}
+    _assert_float(r.path, kinds, r.meta["float"])
+    assert "DequantizeLinear" in ops(r.path)
+
+
+def _assert_float(path, found, float_kinds):
+    """No node of a reported float kind reads a quantized activation (Quantize → Dequantize pair)."""
+    model = onnx.load(str(path))
+    q = {o for n in model.graph.node if n.op_type == "QuantizeLinear" for o in n.output}
+    dq = {o for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in q for o in n.output}
+    checked = 0
+    for n in model.graph.node:
+        if n.name in found and found[n.name][0] in float_kinds:
+            assert not (set(n.input) & dq), f"{n.name} ({found[n.name][0]}) reads a quantized tensor"
+            checked += 1
+    assert checked
+
+
+def test_mixed_precision_excludes_what_it_reports(model, data, kinds, tmp_path):
+    everything = quantize(model, StaticInt8(exclude=(), samples=16), out=tmp_path / "all.onnx", calibration=data,
+                          eval_data=data).verify["max_abs_diff"]
+    floor = quantize(model, StaticInt8(exclude=KINDS, samples=16), out=tmp_path / "floor.onnx", calibration=data,
+                     eval_data=data).verify["max_abs_diff"]
+    assert floor < everything
+    budget = Budget(max_abs_diff=(everything + floor) / 2)  # only a partial float set can meet it
+    r = quantize(model, MixedPrecision(budget=budget, samples=16), out=tmp_path / "m.onnx", calibration=data,
+                 eval_data=data)
+    assert r.meta["float"] and set(r.meta["sensitivity"]) >= set(r.meta["float"])
+    assert r.meta["search_result"]["max_abs_diff"] <= budget.max_abs_diff
+    assert r.verify["max_abs_diff"] == pytest.approx(r.meta["search_result"]["max_abs_diff"], rel=1e-3, abs=1e-4)
+    _assert_float(r.path, kinds, [k for k in r.meta["float"] if not k.startswith("linear")])
+
+
+def test_unmeetable_budget_fails_and_leaves_nothing(model, data, tmp_path):
+    before = set(os.listdir("."))
+    with pytest.raises(EdgebertError, match="budget cannot be met") as e:
+        quantize(model, MixedPrecision(budget=Budget(max_abs_diff=1e-9), samples=8), out=tmp_path / "m.onnx",
+                 calibration=data, eval_data=data)
+    assert "\n" not in str(e.value)
+    assert list(tmp_path.iterdir()) == []
+    assert set(os.listdir(".")) == before  # no augmented_model.onnx in the cwd
+
+
+@pytest.mark.parametrize("calibration, message", [
+    ({"input_ids": np.zeros((0, 4), np.int32), "attention_mask": np.zeros((0, 4), np.int32),
+      "lengths": np.zeros(0, np.int32)}, "empty"),
+    ({"input_ids": np.ones((2, 4), np.int32), "lengths": np.ones(2, np.int32)}, "lacks columns"),
+    (None, "needs calibration"),
+])
+def test_bad_calibration_set(model, calibration, message, tmp_path):
+    with pytest.raises(EdgebertError, match=message):
+        quantize(model, StaticInt8(), out=tmp_path / "s.onnx", calibration=calibration)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_static_needs_unfused_graph(fused, data, tmp_path):
+    with pytest.raises(EdgebertError, match="optimize='basic'"):
+        quantize(fused, StaticInt8(), out=tmp_path / "s.onnx", calibration=data)
+    with pytest.raises(EdgebertError, match="keeps the format"):
+        quantize(fused, DynamicInt8(), out=tmp_path / "q.tflite")
+    with pytest.raises(EdgebertError, match="QAT trains the PyTorch model"):
+        quantize(fused, QAT(), out=tmp_path / "q.onnx", calibration=data)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_qat_exports_qdq_with_int8_weights(model, data, tmp_path):
+    r = quantize(model, QAT(steps=4, batch_size=8, target="arm"), out=tmp_path / "q.onnx", calibration=data,
+                 eval_data=data, budget=Budget(max_abs_diff=0.1))
+    graph = onnx.load(str(r.path)).graph
+    assert r.meta["int8_weights"] == 14  # 2 layers x 6 linears + pooler + classifier
+    int8 = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.INT8}
+    assert sum(1 for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in int8) >= 14
