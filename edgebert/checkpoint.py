@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_model
 from torch import nn
 
 from .errors import EdgebertError
-from .model import Encoder, EncoderConfig, HeadConfig, TaskModel, build, describe, from_description
+from .model import EncoderConfig, HeadConfig, TaskModel, build, describe, from_description
 
 FAMILIES = ("bert", "roberta", "albert", "distilbert", "electra")
 _ALIASES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",

@@ -31,6 +31,11 @@ def host_target() -> str:
     return "x86-vnni" if ("avx512_vnni" in flags or "avx_vnni" in flags) else "x86"
 
 
+def _check_method(method: str) -> None:
+    if method not in METHODS:
+        raise EdgebertError(f"calibration method {method!r}: use one of {METHODS}")
+
+
 def _check_target(target: str) -> None:
     if target not in TARGETS:
         raise EdgebertError(f"target {target!r}: use one of {TARGETS}")
@@ -79,8 +84,7 @@ class StaticInt8:
 
     def __post_init__(self):
         _check_target(self.target)
-        if self.method not in METHODS:
-            raise EdgebertError(f"calibration method {self.method!r}: use one of {METHODS}")
+        _check_method(self.method)
         if self.io not in ("float", "int8"):
             raise EdgebertError(f"io {self.io!r}: use 'float' or 'int8'")
         if self.samples < 1:
@@ -110,8 +114,7 @@ class MixedPrecision:
 
     def __post_init__(self):
         _check_target(self.target)
-        if self.method not in METHODS:
-            raise EdgebertError(f"calibration method {self.method!r}: use one of {METHODS}")
+        _check_method(self.method)
         if not isinstance(self.budget, Budget) or self.budget == Budget():
             raise EdgebertError("MixedPrecision needs a Budget with a limit, e.g. Budget(max_metric_drop=1.0)")
 

@@ -2,32 +2,23 @@
 
 import numpy as np
 import pytest
-import torch
 
 from edgebert.errors import EdgebertError
-from edgebert.model import EncoderConfig, HeadConfig, build
 from export import Budget, TFLiteExport, export
 from export.runtime import TFLiteModel
 from quantize import QAT, DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8, quantize
 
-VOCAB = 1500
+from conftest import QUANT_VOCAB as VOCAB
 
 
 @pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    return build(EncoderConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
-                               max_positions=32), HeadConfig()).eval()
+def model(tiny_classifier):
+    return tiny_classifier
 
 
 @pytest.fixture(scope="module")
-def data():
-    rng = np.random.default_rng(0)
-    n, t = 24, 16
-    lengths = rng.integers(2, t + 1, n).astype(np.int32)
-    mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
-    return {"input_ids": (rng.integers(1, VOCAB, (n, t)) * mask).astype(np.int32), "attention_mask": mask,
-            "token_type_ids": np.zeros((n, t), np.int32), "lengths": lengths, "labels": rng.integers(0, 2, n)}
+def data(tiny_arrays):
+    return tiny_arrays
 
 
 @pytest.fixture(scope="module")
