@@ -1,0 +1,157 @@
+"""Children of bench/compare.py that build the comparison's model files, each in its own process
+(heavy imports and thread pools never share a process with a timing run).
+
+    python bench/_build.py optimum --teacher DIR --out DIR --config avx2|avx512_vnni
+    python bench/_build.py tflite --model DIR --out DIR --seq-lens 16,32,64,128 [--int8 JSON]
+
+Each writes `info.json` into --out last: a folder with info.json is complete and is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# This folder holds bench/quantize.py, named like the `quantize` package: keep it off the import path.
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+
+def _versions(*dists: str) -> dict:
+    import importlib.metadata as md
+
+    out = {}
+    for d in dists:
+        try:
+            out[d] = md.version(d)
+        except md.PackageNotFoundError:
+            out[d] = None
+    return out
+
+
+def _default_tensor_type_quantizer(original):
+    """ORT's ONNXQuantizer with extra_options DefaultTensorType=FLOAT added.
+
+    ORTQuantizer.quantize fails on an ORTOptimizer-fused graph ("Unable to find data type for
+    weight_name=...": shape inference cannot type the outputs of com.microsoft fused ops) and has no
+    way to pass extra_options (huggingface/optimum PR #1959, unmerged; the workaround users apply).
+    The option only supplies a type where inference found none; it changes nothing else."""
+    import onnx
+
+    def factory(*args, **kwargs):
+        kwargs["extra_options"] = {**(kwargs.get("extra_options") or {}), "DefaultTensorType": onnx.TensorProto.FLOAT}
+        return original(*args, **kwargs)
+
+    return factory
+
+
+def build_optimum(teacher: str, out: Path, config_name: str) -> dict:
+    """Optimum as its users run it: export, ORTOptimizer O2, ORTQuantizer dynamic INT8 with the
+    AutoQuantizationConfig of this CPU. Also the same quantizer on the plain export (no offline
+    optimizer; ORT still applies its online fusions at load), in case that one is faster here."""
+    import optimum.onnxruntime.quantization as oq
+    from optimum.onnxruntime import ORTModelForSequenceClassification, ORTOptimizer, ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoOptimizationConfig, AutoQuantizationConfig
+
+    steps = {}
+    t0 = time.time()
+    model = ORTModelForSequenceClassification.from_pretrained(teacher, export=True)
+    model.save_pretrained(out / "fp32")
+    steps["export_s"] = round(time.time() - t0, 1)
+
+    t0 = time.time()
+    optimization = AutoOptimizationConfig.O2()
+    ORTOptimizer.from_pretrained(model).optimize(save_dir=out / "o2", optimization_config=optimization)
+    steps["optimize_s"] = round(time.time() - t0, 1)
+
+    qconfig = getattr(AutoQuantizationConfig, config_name)(is_static=False)
+    t0 = time.time()
+    original = oq.ONNXQuantizer
+    oq.ONNXQuantizer = _default_tensor_type_quantizer(original)
+    try:
+        ORTQuantizer.from_pretrained(out / "o2", file_name="model_optimized.onnx").quantize(
+            save_dir=out / "o2-int8", quantization_config=qconfig)
+    finally:
+        oq.ONNXQuantizer = original
+    steps["quantize_o2_s"] = round(time.time() - t0, 1)
+
+    t0 = time.time()
+    ORTQuantizer.from_pretrained(out / "fp32", file_name="model.onnx").quantize(
+        save_dir=out / "int8", quantization_config=qconfig)
+    steps["quantize_plain_s"] = round(time.time() - t0, 1)
+
+    return {
+        "files": {"o2-int8": "o2-int8/model_optimized_quantized.onnx", "int8": "int8/model_quantized.onnx",
+                  "fp32": "fp32/model.onnx", "o2": "o2/model_optimized.onnx"},
+        "optimization": {"level": "O2", "config": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+                                                     for k, v in vars(optimization).items()}},
+        "quantization": {"auto_config": f"AutoQuantizationConfig.{config_name}(is_static=False)",
+                         "per_channel": qconfig.per_channel, "reduce_range": qconfig.reduce_range,
+                         "weights_dtype": str(qconfig.weights_dtype), "activations_dtype": str(qconfig.activations_dtype),
+                         "mode": str(qconfig.mode), "format": str(qconfig.format),
+                         "operators": [str(o) for o in qconfig.operators_to_quantize],
+                         "o2_workaround": "extra_options DefaultTensorType=FLOAT (huggingface/optimum PR #1959)"},
+        "steps": steps,
+        "versions": _versions("optimum", "optimum-onnx", "onnxruntime", "transformers", "torch", "onnx"),
+    }
+
+
+def build_tflite(model_dir: str, out: Path, seq_lens: tuple[int, ...], int8: dict | None) -> dict:
+    """The project's TFLite path: litert-torch FP32 export with one signature per length, then
+    ai-edge-quantizer dynamic-range INT8 (`quantize.DynamicInt8`, i.e. dynamic_wi8_afp32)."""
+    import torch
+
+    import edgebert
+    from export import TFLiteExport, export
+    from quantize import DynamicInt8, quantize
+
+    torch.set_num_threads(1)
+    model = edgebert.load(model_dir)
+    steps = {}
+    t0 = time.time()
+    export(model, TFLiteExport(seq_lens=seq_lens), out=out / "fp32.tflite")
+    steps["export_s"] = round(time.time() - t0, 1)
+    config = DynamicInt8(**(int8 or {}))
+    t0 = time.time()
+    quantize(out / "fp32.tflite", config, out=out / "int8.tflite")
+    steps["quantize_s"] = round(time.time() - t0, 1)
+    return {"files": {"fp32": "fp32.tflite", "int8": "int8.tflite"}, "seq_lens": list(seq_lens),
+            "int8_config": {"type": "DynamicInt8", "per_channel": config.per_channel, "target": config.target,
+                            "int8_embeddings": config.int8_embeddings},
+            "steps": steps, "versions": _versions("litert-torch", "ai-edge-quantizer", "ai-edge-litert", "torch")}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    o = sub.add_parser("optimum")
+    o.add_argument("--teacher", required=True)
+    o.add_argument("--out", required=True)
+    o.add_argument("--config", default="avx2", choices=("avx2", "avx512", "avx512_vnni", "arm64"))
+    t = sub.add_parser("tflite")
+    t.add_argument("--model", required=True)
+    t.add_argument("--out", required=True)
+    t.add_argument("--seq-lens", default="16,32,64,128")
+    t.add_argument("--int8", help="DynamicInt8 options as JSON")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    t0 = time.time()
+    if args.what == "optimum":
+        info = build_optimum(args.teacher, out, args.config)
+    else:
+        info = build_tflite(args.model, out, tuple(int(x) for x in args.seq_lens.split(",")),
+                            json.loads(args.int8) if args.int8 else None)
+    info["wall_s"] = round(time.time() - t0, 1)
+    (out / "info.json").write_text(json.dumps(info, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""Children of bench/compare.py that time something in a process of their own (thread pools spin:
+two models timed in one process, or beside a busy one, inflate each other's latency).
+
+    python bench/_timing.py torch --model DIR --inputs EVAL.npz --threads N --warmup W --runs R [--pad-to L] --json OUT
+    python bench/_timing.py gemm --op matmulinteger|matmul --shape MxKxN --threads N --seconds S --json OUT
+    python bench/_timing.py profile --model FILE.onnx --inputs EVAL.npz --threads N --runs R [--pad-to L] --json OUT
+
+ONNX and TFLite files are timed by the project's harness (`python -m device_tests run`), never here.
+`torch` mirrors that harness for a Hugging Face checkpoint in PyTorch eager: the same rows, warmup,
+timed region (the forward call only), statistics, peak RSS and separate untimed accuracy pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+# This folder holds bench/quantize.py, named like the `quantize` package: keep it off the import path.
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from device_tests.evalset import INPUTS, EvalSet, metric
+from device_tests.harness import latency_stats, peak_rss_mb
+
+
+def timed_rows(n: int, warmup: int, runs: int) -> list[int]:
+    """The eval rows the harness (and `torch` below) times at batch 1: row (warmup + i) mod n."""
+    return [(warmup + i) % n for i in range(runs)]
+
+
+def _feed_length(data: EvalSet, row: int, pad_to: int | None) -> int:
+    return pad_to or int(data.lengths[row])
+
+
+def run_torch(args) -> dict:
+    """A transformers checkpoint (AutoModelForSequenceClassification, as its users load it) in FP32 eager."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    import transformers
+    from transformers import AutoModelForSequenceClassification
+
+    data = EvalSet(args.inputs)
+    t0 = time.perf_counter()
+    model = AutoModelForSequenceClassification.from_pretrained(args.model).eval()
+    load_ms = (time.perf_counter() - t0) * 1000
+
+    def prepare(row: int) -> dict:
+        b = data.batch([row], _feed_length(data, row, args.pad_to))
+        return {k: torch.from_numpy(np.ascontiguousarray(b[k], dtype=np.int64)) for k in INPUTS if k in b}
+
+    def infer(feed) -> np.ndarray:
+        return model(**feed).logits.numpy()
+
+    ms = []
+    with torch.inference_mode():
+        feed = prepare(0)
+        t0 = time.perf_counter_ns()
+        infer(feed)
+        first_ms = (time.perf_counter_ns() - t0) / 1e6
+        for i in range(args.warmup):
+            infer(prepare(i % data.n))
+        for row in timed_rows(data.n, args.warmup, args.runs):
+            feed = prepare(row)
+            t0 = time.perf_counter_ns()
+            infer(feed)
+            ms.append((time.perf_counter_ns() - t0) / 1e6)
+        logits = np.concatenate([infer(prepare(r)) for r in range(data.n)])
+    weights = sorted(Path(args.model).glob("*.safetensors")) or sorted(Path(args.model).glob("pytorch_model*.bin"))
+    result = {
+        "complete": False,
+        "runtime": {"backend": "pytorch", "version": torch.__version__, "transformers": transformers.__version__,
+                    "attn_implementation": getattr(model.config, "_attn_implementation", None),
+                    "python": platform.python_version()},
+        "model": {"file": weights[0].name if weights else Path(args.model).name,
+                  "bytes": sum(p.stat().st_size for p in weights)},
+        "settings": {"threads": args.threads, "warmup": args.warmup, "runs": len(ms), "batch": 1, "pad_to": args.pad_to},
+        "load_ms": load_ms,
+        "first_inference_ms": first_ms,
+        "latency_ms": latency_stats(ms),
+        "throughput": len(ms) / (sum(ms) / 1000),
+        "peak_rss_mb": peak_rss_mb(),
+        "n_examples": data.n,
+        "warnings": [],
+    }
+    if data.labels is not None:
+        scores, predictions = metric(logits, data.labels)
+        result.update(scores)
+        result["predictions"] = predictions
+    result["complete"] = True
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMM throughput: one MatMulInteger or MatMul node, the weight a constant as in a real model.
+
+
+def gemm_model(op: str, m: int, k: int, n: int, weight: str = "s8"):
+    """A one-node ONNX model: A [M, K] (u8 or f32) input times a constant B [K, N] (s8/u8 or f32)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    if op == "matmulinteger":
+        wdtype = np.int8 if weight == "s8" else np.uint8
+        b = rng.integers(-128 if weight == "s8" else 0, 128 if weight == "s8" else 256, size=(k, n)).astype(wdtype)
+        inputs = [helper.make_tensor_value_info("A", TensorProto.UINT8, [m, k])]
+        zero_a = numpy_helper.from_array(np.array(128, dtype=np.uint8), "a_zero")
+        zero_b = numpy_helper.from_array(np.array(0, dtype=wdtype), "b_zero")
+        node = helper.make_node("MatMulInteger", ["A", "B", "a_zero", "b_zero"], ["Y"])
+        out = helper.make_tensor_value_info("Y", TensorProto.INT32, [m, n])
+        inits = [numpy_helper.from_array(b, "B"), zero_a, zero_b]
+    elif op == "matmul":
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        inputs = [helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k])]
+        node = helper.make_node("MatMul", ["A", "B"], ["Y"])
+        out = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])
+        inits = [numpy_helper.from_array(b, "B")]
+    else:
+        raise SystemExit(f"unknown op {op}: use matmulinteger or matmul")
+    graph = helper.make_graph([node], "gemm", inputs, [out], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def run_gemm(args) -> dict:
+    import onnxruntime as ort
+
+    m, k, n = (int(x) for x in args.shape.lower().split("x"))
+    model = gemm_model(args.op, m, k, n, args.weight)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    a = (rng.integers(0, 256, size=(m, k)).astype(np.uint8) if args.op == "matmulinteger"
+         else rng.standard_normal((m, k)).astype(np.float32))
+    feed = {"A": a}
+    for _ in range(3):
+        session.run(None, feed)
+    ms, start = [], time.perf_counter()
+    while time.perf_counter() - start < args.seconds or len(ms) < 5:
+        t0 = time.perf_counter_ns()
+        session.run(None, feed)
+        ms.append((time.perf_counter_ns() - t0) / 1e6)
+    ops = 2 * m * k * n
+    p50 = float(np.median(ms))
+    return {"complete": True, "op": args.op, "weight": args.weight if args.op == "matmulinteger" else "f32",
+            "shape": [m, k, n], "threads": args.threads, "calls": len(ms), "ops_per_call": ops,
+            "latency_ms": latency_stats(ms), "gops_p50": ops / (p50 * 1e6), "gops_best": ops / (min(ms) * 1e6),
+            "onnxruntime": ort.__version__}
+
+
+# ---------------------------------------------------------------------------------------------
+# Op-level profile: ORT's own profiler, aggregated per op type.
+
+
+def aggregate_profile(events: list[dict], runs: int) -> dict:
+    """Kernel time per op type (ms per inference and share), from an ORT enable_profiling trace."""
+    per_op, calls, total_run = defaultdict(float), defaultdict(int), 0.0
+    model_runs = 0
+    for e in events:
+        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
+            op = e.get("args", {}).get("op_name", "?")
+            per_op[op] += e.get("dur", 0) / 1000
+            calls[op] += 1
+        elif e.get("cat") == "Session" and e.get("name") == "model_run":
+            total_run += e.get("dur", 0) / 1000
+            model_runs += 1
+    kernels = sum(per_op.values())
+    ops = sorted(per_op, key=per_op.get, reverse=True)
+    return {
+        "runs": runs,
+        "model_run_ms": total_run / max(model_runs, 1),
+        "kernel_ms": kernels / max(runs, 1),
+        "ops": [{"op": op, "ms": per_op[op] / max(runs, 1), "share": per_op[op] / kernels if kernels else 0.0,
+                 "calls_per_run": calls[op] / max(runs, 1)} for op in ops],
+    }
+
+
+def run_profile(args) -> dict:
+    import tempfile
+
+    import onnxruntime as ort
+
+    data = EvalSet(args.inputs)
+    with tempfile.TemporaryDirectory(prefix="edgebert-profile-") as tmp:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = args.threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(tmp, "ort")
+        session = ort.InferenceSession(args.model, opts, providers=["CPUExecutionProvider"])
+        types = {i.name: (np.int32 if "int32" in i.type else np.int64) for i in session.get_inputs()}
+        rows = timed_rows(data.n, args.warmup, args.runs)
+
+        def feed(row):
+            b = data.batch([row], _feed_length(data, row, args.pad_to))
+            return {k: np.ascontiguousarray(b[k], dtype=t) for k, t in types.items()}
+
+        for i in range(args.warmup):
+            session.run(None, feed(i % data.n))
+        prepared = [feed(r) for r in rows]
+        for f in prepared:
+            session.run(None, f)
+        path = session.end_profiling()
+        events = json.loads(Path(path).read_text())
+    # The trace also holds the warmup runs: keep the events from the first timed model_run on.
+    runs = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
+    runs.sort(key=lambda e: e["ts"])
+    keep = runs[-len(rows):]
+    start = keep[0]["ts"] if keep else 0
+    timed = [e for e in events if e.get("ts", 0) >= start]
+    result = aggregate_profile(timed, len(rows))
+    result.update({"complete": True, "model": os.path.basename(args.model), "threads": args.threads,
+                   "pad_to": args.pad_to, "onnxruntime": ort.__version__,
+                   "mean_length": float(np.mean([_feed_length(data, r, args.pad_to) for r in rows]))})
+    return result
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("torch")
+    t.add_argument("--model", required=True)
+    t.add_argument("--inputs", required=True)
+    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--warmup", type=int, default=10)
+    t.add_argument("--runs", type=int, default=100)
+    t.add_argument("--pad-to", type=int)
+    t.add_argument("--json", required=True)
+    g = sub.add_parser("gemm")
+    g.add_argument("--op", required=True, choices=("matmulinteger", "matmul"))
+    g.add_argument("--weight", default="s8", choices=("s8", "u8"), help="MatMulInteger weight type (A is u8)")
+    g.add_argument("--shape", default="1024x1024x1024")
+    g.add_argument("--threads", type=int, default=1)
+    g.add_argument("--seconds", type=float, default=2.0)
+    g.add_argument("--json", required=True)
+    pr = sub.add_parser("profile")
+    pr.add_argument("--model", required=True)
+    pr.add_argument("--inputs", required=True)
+    pr.add_argument("--threads", type=int, default=1)
+    pr.add_argument("--warmup", type=int, default=10)
+    pr.add_argument("--runs", type=int, default=100)
+    pr.add_argument("--pad-to", type=int)
+    pr.add_argument("--json", required=True)
+    args = p.parse_args(argv)
+    result = {"torch": run_torch, "gemm": run_gemm, "profile": run_profile}[args.what](args)
+    tmp = f"{args.json}.tmp"
+    Path(tmp).write_text(json.dumps(result, indent=1))
+    os.replace(tmp, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
