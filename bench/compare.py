@@ -294,7 +294,20 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
                                {"model": teacher_weights, "seq": [16, 32, 64, PAD], "v": versions()}, work)
     ckpt, why = student_checkpoint(bundle, manifest, args.student_checkpoint)
     notes["student_checkpoint"] = why
-    student_config = edgebert.load(ckpt).config if ckpt else None
+    student_config = None
+    if ckpt:
+        from edgebert.stats import params
+
+        student = edgebert.load(ckpt)
+        student_config = student.config
+        split = params(student)
+        notes["student_params"] = (
+            f"{split['total']:,} parameters: embeddings {split['embeddings']:,} ({split['embeddings'] / split['total']:.0%}; "
+            f"the word table alone {student_config.vocab_size:,} × {student_config.embedding_dim} = "
+            f"{student_config.vocab_size * student_config.embedding_dim:,}), encoder {split['encoder']:,}, heads "
+            f"{split['heads']:,}; layers {student_config.num_layers}, heads per layer "
+            f"{[student_config.heads(i) for i in range(student_config.num_layers)]}, FFN "
+            f"{[student_config.ffn(i) for i in range(student_config.num_layers)]}")
     student_tfl = None
     tfl_sigs = manifest.get("inputs", {}).get("files", {}).get("model.tflite", {}).get("lengths") or []
     if tfl_sigs and max(tfl_sigs) >= PAD:
@@ -804,16 +817,17 @@ def render(result: dict) -> str:
         for cond, table in by_cond.items():
             shape = "real dev lengths" if cond == "real" else f"padded to {result['settings']['pad_to']}"
             lines += [f"## Latency: {tk[1:]} thread(s), {shape}", "",
-                      ("| # | model | p50 ms | p90 ms | peak RSS MB | speedup vs 1 | speedup vs 2 | achieved GOPS | "
-                       "of GEMM peak |"), "|---|---|---|---|---|---|---|---|---|"]
+                      ("| # | model | p50 ms | p50 range over repeats | p90 ms | peak RSS MB | speedup vs 1 | "
+                       "speedup vs 2 | achieved GOPS | of GEMM peak |"), "|---|---|---|---|---|---|---|---|---|---|"]
             for mid, row in table.items():
                 mm = models[mid]
                 b2 = " ← 2" if result["baseline_2"][tk][cond] == mid else ""
                 if "na" in row:
-                    lines.append(f"| {mm['group']} | {mm['label']}{b2} | {row['na']} | | | | | | |")
+                    lines.append(f"| {mm['group']} | {mm['label']}{b2} | {row['na']} | | | | | | | |")
                     continue
                 lines.append(
-                    f"| {mm['group']} | {mm['label']}{b2} | {_f(row['p50_ms'])} | {_f(row['p90_ms'])} | "
+                    f"| {mm['group']} | {mm['label']}{b2} | {_f(row['p50_ms'])} | "
+                    f"{min(row['p50_by_repeat']):.2f}–{max(row['p50_by_repeat']):.2f} | {_f(row['p90_ms'])} | "
                     f"{_f(row['peak_rss_mb'], '{:.0f}')} | {_f(row['speedup_vs_1'], '{:.2f}×')} | "
                     f"{_f(row['speedup_vs_2'], '{:.2f}×')} | {_f(row['achieved_gops'], '{:.1f}')} | "
                     f"{_f(row['fraction_of_peak'], '{:.1%}')} ({'INT8' if mm['int8'] else 'FP32'}) |")
