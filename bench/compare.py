@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # This folder holds bench/quantize.py, named like the `quantize` package: keep it off the import path.
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from device_tests.manifest import sha256  # noqa: E402  (needs ROOT on the path)
+
 TEACHER = ROOT.parent / "shared" / "models" / "minilm-l6-sst2"
 BUNDLE = ROOT / "runs" / "default" / "bundle"
 WORK = ROOT / "runs" / "compare"
@@ -176,14 +178,6 @@ def child(argv: list[str], log_file: Path, timeout: float, env: dict | None = No
         raise ChildFailed(f"exit {proc.returncode}: {last.strip()[:300]} (log: {log_file})")
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def cached_build(name: str, argv: list[str], key: dict, work: Path, timeout: float = 1800) -> dict:
     """Run a bench/_build.py child into work/name unless a complete build with the same key is there."""
     out = work / name
@@ -283,7 +277,7 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
 
     teacher = Path(args.teacher)
     bundle = Path(args.bundle)
-    teacher_weights = _digest(next(iter(sorted(teacher.glob("*.safetensors")))))
+    teacher_weights = sha256(str(next(iter(sorted(teacher.glob("*.safetensors"))))))
     teacher_config = edgebert.load(teacher).config
     notes = {}
 
@@ -316,7 +310,7 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
         options = tflite_int8_options(manifest)
         student_tfl = cached_build(
             f"student-tflite-{PAD}", ["tflite", "--model", str(ckpt), "--seq-lens", str(PAD), "--int8", json.dumps(options)],
-            {"model": _digest(ckpt / "model.safetensors"), "seq": [PAD], "int8": options, "v": versions()}, work)
+            {"model": sha256(str(ckpt / "model.safetensors")), "seq": [PAD], "int8": options, "v": versions()}, work)
         notes["student_tflite_pad"] = (f"the bundle's model.tflite stops at seq_{max(tfl_sigs) if tfl_sigs else '?'}: "
                                        f"padded-{PAD} figures use a seq_{PAD} file exported here from the student "
                                        f"checkpoint through the same path (litert-torch FP32, then DynamicInt8 {options})")

@@ -49,6 +49,17 @@ def _slice_linear(linear: nn.Linear, keep: torch.Tensor, dim: int) -> nn.Linear:
     return out
 
 
+def _checked_drop(layer: int, drop, count: int, units: str, unit: str, advice: str) -> list[int]:
+    """The sorted, de-duplicated indices to remove from a layer of `count` units, or one error line."""
+    drop = sorted(set(drop))
+    if drop and (drop[0] < 0 or drop[-1] >= count):
+        bad = drop[0] if drop[0] < 0 else drop[-1]
+        raise EdgebertError(f"layer {layer} has {count} {units}, cannot remove {unit} {bad}")
+    if len(drop) >= count:
+        raise EdgebertError(f"removing all {count} {units} of layer {layer}: {advice}")
+    return drop
+
+
 def remove_heads(model: nn.Module, heads: dict[int, list[int]]) -> nn.Module:
     """Remove attention heads in place: {layer index (0-based): [head indices]}. Keeps ≥1 per layer."""
     check_unshared(model, "removing heads")
@@ -58,13 +69,9 @@ def remove_heads(model: nn.Module, heads: dict[int, list[int]]) -> nn.Module:
     for i, drop in heads.items():
         if not 0 <= i < c.num_layers:
             raise EdgebertError(f"layer {i} does not exist: the model has {c.num_layers} layers")
-        drop = sorted(set(drop))
+        drop = _checked_drop(i, drop, counts[i], "heads", "head", "keep at least one per layer")
         if not drop:
             continue
-        if drop[0] < 0 or drop[-1] >= counts[i]:
-            raise EdgebertError(f"layer {i} has {counts[i]} heads, cannot remove head {drop[-1]}")
-        if len(drop) >= counts[i]:
-            raise EdgebertError(f"removing all {counts[i]} heads of layer {i}: keep at least one per layer")
         d = c.head_size
         kept = [h for h in range(counts[i]) if h not in drop]
         keep = torch.tensor([h * d + j for h in kept for j in range(d)])
@@ -86,13 +93,9 @@ def remove_neurons(model: nn.Module, neurons: dict[int, list[int]]) -> nn.Module
     for i, drop in neurons.items():
         if not 0 <= i < c.num_layers:
             raise EdgebertError(f"layer {i} does not exist: the model has {c.num_layers} layers")
-        drop_set = set(drop)
+        drop_set = set(_checked_drop(i, drop, widths[i], "FFN neurons", "neuron", "keep at least one"))
         if not drop_set:
             continue
-        if min(drop_set) < 0 or max(drop_set) >= widths[i]:
-            raise EdgebertError(f"layer {i} has {widths[i]} FFN neurons, cannot remove neuron {max(drop_set)}")
-        if len(drop_set) >= widths[i]:
-            raise EdgebertError(f"removing all {widths[i]} FFN neurons of layer {i}: keep at least one")
         keep = torch.tensor([j for j in range(widths[i]) if j not in drop_set])
         layer = encoder.encoder.layer[i]
         layer.intermediate.dense = _slice_linear(layer.intermediate.dense, keep, 0)
