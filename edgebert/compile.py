@@ -308,9 +308,10 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
 # The bundle: model files + tokenizer + labels + eval set + manifest + report
 
 
-def _points(name: str, value) -> float | None:
-    """A metric in points (accuracy 0.9014 → 90.14), the unit of the report's chart."""
-    return None if value is None else float(value) * (100 if abs(value) <= 1 else 1)
+def _points(fraction) -> float | None:
+    """A metric in points (accuracy 0.9014 → 90.14): passes and the harness report fractions, the
+    report's chart and the verification records use points."""
+    return None if fraction is None else float(fraction) * 100
 
 
 def _torch_latency(model_dir: Path, arrays: dict, runs: int = 30) -> float:
@@ -363,13 +364,13 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
                                 "metrics": record["metrics"], "wall_s": record["wall_s"]})
         if bench and metric is not None:
             model_dir = next(ctx.out.glob(f"stages/*-{record['name']}-*/model"))
-            points.append({"stage": record["name"], "format": "pytorch", "metric": _points(task.metric, metric),
+            points.append({"stage": record["name"], "format": "pytorch", "metric": _points(metric),
                            "latency_ms": _torch_latency(model_dir, ctx.eval_arrays), "bytes": record["bytes"],
                            "metric_name": task.metric})
     measured = _bench_files(ctx, state) if bench else {}
     for name, m in measured.items():
         if m["accuracy"] is not None:
-            points.append({"stage": "bundle", "format": name, "metric": _points("accuracy", m["accuracy"]),
+            points.append({"stage": "bundle", "format": name, "metric": _points(m["accuracy"]),
                            "latency_ms": m["latency_ms"]["p50"], "bytes": state.files[name].stat().st_size,
                            "metric_name": "accuracy"})
     q = ctx.recipe.stage("quantize")
@@ -398,7 +399,7 @@ def summary(bundle: Path) -> str:
     for s in manifest["stages"]:
         value = s["metrics"].get(metric)
         lines.append(f"{s['name']:<10} {s['params']['total']:>12,} {s['bytes'] / 1e6:>8.1f} {s['flops'] / 1e9:>11.2f} "
-                     f"{'-' if value is None else f'{_points(metric, value):.2f}':>10} {s['wall_s']:>8.0f}")
+                     f"{'-' if value is None else f'{_points(value):.2f}':>10} {s['wall_s']:>8.0f}")
     lines.append("")
     lines.append(f"{'file':<20} {'MB':>8} {'max|diff|':>10} {'agree':>7} {'metric':>8} {'p50 ms':>8}")
     for name, v in manifest["verification"].items():
