@@ -18,7 +18,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # This folder holds bench/quantize.py, named like the `quantize` package: keep it off the import path.
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 
 def _versions(*dists: str) -> dict:
@@ -106,8 +105,8 @@ def build_tflite(model_dir: str, out: Path, seq_lens: tuple[int, ...], int8: dic
     import torch
 
     import edgebert
-    from export import TFLiteExport, export
-    from quantize import DynamicInt8, quantize
+    from edgebert.export import TFLiteExport, export
+    from edgebert.quantize import DynamicInt8, quantize
 
     torch.set_num_threads(1)
     model = edgebert.load(model_dir)

@@ -25,10 +25,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 # This folder holds bench/quantize.py, named like the `quantize` package: keep it off the import path.
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from device_tests.evalset import INPUTS, EvalSet, metric
-from device_tests.harness import latency_stats, peak_rss_mb
+from edgebert.device_tests.evalset import INPUTS, EvalSet, metric
+from edgebert.device_tests.harness import latency_stats, peak_rss_mb
 
 
 def timed_rows(n: int, warmup: int, runs: int) -> list[int]:

@@ -37,9 +37,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 # This folder holds bench/quantize.py, named like the `quantize` package: keep it off the import path.
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from device_tests.manifest import sha256  # noqa: E402  (needs ROOT on the path)
+from edgebert.device_tests.files import sha256
 
 TEACHER = ROOT.parent / "shared" / "models" / "minilm-l6-sst2"
 BUNDLE = ROOT / "runs" / "default" / "bundle"
@@ -81,7 +80,7 @@ def log(message: str) -> None:
 
 
 def machine() -> dict:
-    from device_tests.device import describe
+    from edgebert.device_tests.device import describe
 
     info = describe()
     flags = set()

@@ -23,7 +23,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 # This file is named like the `quantize` package: keep its folder off the import path.
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 
 def tokenize(tokenizer, sentences: list[str], labels: list[int], max_length: int = 128) -> dict:
@@ -48,7 +47,7 @@ def time_model(path: str, arrays_path: str, threads: int, runs: int) -> dict:
         arrays = {k: f[k] for k in f.files}
     names = ("input_ids", "attention_mask", "token_type_ids")
     if path.endswith(".onnx"):
-        from export.runtime import ort_session
+        from edgebert.export.runtime import ort_session
 
         session = ort_session(path, threads)
         dtype = np.int32 if "int32" in session.get_inputs()[0].type else np.int64
@@ -56,7 +55,7 @@ def time_model(path: str, arrays_path: str, threads: int, runs: int) -> dict:
         def run(i: int, t: int):
             session.run(["logits"], {k: arrays[k][i:i + 1, :t].astype(dtype) for k in names})
     elif path.endswith(".tflite"):
-        from export.runtime import TFLiteModel
+        from edgebert.export.runtime import TFLiteModel
 
         model = TFLiteModel(path, threads)
 
@@ -115,11 +114,11 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from edgebert.checkpoint import load
-    from export import Budget, OnnxExport, TFLiteExport, export
-    from export.data import torch_logits, InputSpec
-    from export.runtime import logits
-    from export.verify import compare
-    from quantize import DynamicInt8, MixedPrecision, StaticInt8, quantize
+    from edgebert.export import Budget, OnnxExport, TFLiteExport, export
+    from edgebert.export.data import torch_logits, InputSpec
+    from edgebert.export.runtime import logits
+    from edgebert.export.verify import compare
+    from edgebert.quantize import DynamicInt8, MixedPrecision, StaticInt8, quantize
 
     torch.set_num_threads(1)
     work = Path(args.work)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import HarnessError
+from . import HarnessError, metrics
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -54,28 +54,16 @@ class EvalSet:
         return out
 
 
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks with ties averaged, as Spearman's correlation needs."""
-    order = np.argsort(x, kind="stable")
-    ranks = np.empty(len(x))
-    ranks[order] = np.arange(len(x), dtype=np.float64)
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return sums[inverse] / counts[inverse]
-
-
 def metric(logits: np.ndarray, labels: np.ndarray) -> tuple[dict, list]:
     """The task metric and per-example predictions (argmax, or the score for regression)."""
     if labels.dtype.kind == "f":
         if logits.shape[1] != 1:
             raise HarnessError(f"regression labels but the model gives {logits.shape[1]} outputs per example")
         scores = logits[:, 0].astype(np.float64)
-        y = labels.astype(np.float64)
-        pearson = float(np.corrcoef(scores, y)[0, 1])
-        spearman = float(np.corrcoef(_ranks(scores), _ranks(y))[0, 1])
-        return {"pearson": pearson, "spearman": spearman}, [float(s) for s in logits[:, 0]]
+        return ({"pearson": metrics.pearson(scores, labels), "spearman": metrics.spearman(scores, labels)},
+                [float(s) for s in logits[:, 0]])
     if logits.shape[1] < 2:
         raise HarnessError("classification labels but the model gives 1 output per example: "
                            "pass the matching eval set")
     predictions = logits.argmax(axis=1)
-    return {"accuracy": float((predictions == labels).mean())}, predictions.tolist()
+    return {"accuracy": metrics.accuracy(predictions, labels)}, predictions.tolist()

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from . import HarnessError, __version__, backends, device, manifest
+from . import HarnessError, __version__, backends, device, files, manifest
 from .evalset import EvalSet, metric
 
 
@@ -111,11 +111,11 @@ def run(args) -> dict:
     for path, what in ((args.model, "--model"), (args.inputs, "--inputs")):
         if not os.path.isfile(path):
             raise HarnessError(f"{what} {path} does not exist")
-    digest = manifest.sha256(args.model)
+    digest = files.sha256(args.model)
     found = manifest.find(args.model, args.manifest)
     if found:
         manifest.verify(found, args.model, digest, required=True)
-        manifest.verify(found, args.inputs, manifest.sha256(args.inputs), required=False)
+        manifest.verify(found, args.inputs, files.sha256(args.inputs), required=False)
     data = EvalSet(args.inputs)
     backend = args.backend or backends.default_backend(args.model)
 

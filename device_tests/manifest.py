@@ -3,19 +3,10 @@ model never produces numbers that look valid."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
 from . import HarnessError
-
-
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def find(model: str, manifest: str | None) -> str | None:

@@ -1,10 +1,24 @@
-"""edgebert: compile BERT-family encoders into small, fast, verified models for phones and edge boards."""
+"""edgebert: compile BERT-family encoders into small, fast, verified models for phones and edge boards.
 
-from .checkpoint import load, save, save_hf
+The names below load on first use, so `import edgebert.device_tests` (numpy plus one runtime, on a
+board or phone) and `edgebert --help` never import torch.
+"""
+
+from importlib import import_module
+
 from .errors import EdgebertError
-from .model import (Embedder, Encoder, EncoderConfig, HeadConfig, MaskedLM, SequenceClassifier,
-                    TokenClassifier, build)
 
 __version__ = "0.1.0"
-__all__ = ["Embedder", "EdgebertError", "Encoder", "EncoderConfig", "HeadConfig", "MaskedLM",
-           "SequenceClassifier", "TokenClassifier", "build", "load", "save", "save_hf"]
+
+_LAZY = {
+    "load": "checkpoint", "save": "checkpoint", "save_hf": "checkpoint",
+    "Embedder": "model", "Encoder": "model", "EncoderConfig": "model", "HeadConfig": "model",
+    "MaskedLM": "model", "SequenceClassifier": "model", "TokenClassifier": "model", "build": "model",
+}
+__all__ = ["EdgebertError", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'edgebert' has no attribute {name!r}")

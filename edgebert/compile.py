@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from device_tests.manifest import sha256
+from edgebert.device_tests.files import sha256
 
 from . import checkpoint, data, tokenizer as tokenization
 from .errors import EdgebertError
@@ -162,8 +162,8 @@ def _torch_stage(name: str, ctx: Context, state: State, dest: Path, work: Path) 
 
 def _int8_config(fmt: str, method: str, ctx: Context):
     """The quantize package's config for a recipe's `quantize.onnx` / `quantize.tflite` method."""
-    from export import Budget
-    from quantize import QAT, DynamicInt8, MixedPrecision, StaticInt8
+    from edgebert.export import Budget
+    from edgebert.quantize import QAT, DynamicInt8, MixedPrecision, StaticInt8
 
     q = ctx.recipe.stage("quantize")
     methods = {
@@ -180,8 +180,8 @@ def _int8_config(fmt: str, method: str, ctx: Context):
 
 def _write_model(stage: str, fmt: str, model, ctx: Context, target: Path, work: Path):
     """One model file, verified against PyTorch on the eval split; None if this stage leaves `fmt` alone."""
-    from export import Budget, OnnxExport, TFLiteExport, export
-    from quantize import quantize
+    from edgebert.export import Budget, OnnxExport, TFLiteExport, export
+    from edgebert.quantize import quantize
 
     q = ctx.recipe.stage("quantize")
     method = q.onnx if fmt == "onnx" else q.tflite
@@ -351,7 +351,7 @@ def _bench_files(ctx: Context, state: State) -> dict[str, dict]:
 
 
 def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, bench: bool) -> Path:
-    from export.bundle import write_bundle
+    from edgebert.export.bundle import write_bundle
 
     task = data.get_task(ctx.recipe.task)
     manifest_stages, points = [], []

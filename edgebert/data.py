@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .device_tests.metrics import accuracy, entity_f1, f1, pearson, spearman
 from .errors import EdgebertError
 from .tokenizer import _first_line, encode
 
@@ -453,6 +454,16 @@ class EncodedDataset(Dataset):
         }
 
 
+@dataclass(frozen=True)
+class TaskData:
+    """What a pass trains and evaluates on: encoded train and eval splits, and the tokenizer that
+    encoded them (distillation's MLM objective and augmentation need it)."""
+
+    train: EncodedDataset
+    eval: EncodedDataset | None = None
+    tokenizer: Any = None
+
+
 def encode_split(split: Split, tokenizer, max_length: int) -> tuple[list, list, list, int]:
     """(input_ids, token_type_ids, labels, truncated); token labels sit on first word pieces."""
     examples, task = split.examples, split.task
@@ -699,75 +710,6 @@ def pretokenize_eval(
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         np.savez(Path(out_dir) / "eval.npz", **arrays)
     return arrays
-
-
-# ---------------------------------------------------------------------------------------------
-# Metrics (numpy only)
-
-
-def accuracy(predictions, labels) -> float:
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
-    return float((predictions == labels).mean())
-
-
-def f1(predictions, labels, positive: int = 1) -> float:
-    """F1 of the positive class (MRPC reports class 1)."""
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
-    tp = np.sum((predictions == positive) & (labels == positive))
-    denominator = np.sum(predictions == positive) + np.sum(labels == positive)
-    return float(2 * tp / denominator) if denominator else 0.0
-
-
-def pearson(x, y) -> float:
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    x, y = x - x.mean(), y - y.mean()
-    denominator = np.sqrt((x * x).sum() * (y * y).sum())
-    return float((x * y).sum() / denominator) if denominator else 0.0
-
-
-def _ranks(x) -> np.ndarray:
-    """Ranks with ties given their average rank, as Spearman's rho requires."""
-    x = np.asarray(x)
-    order = np.argsort(x, kind="stable")
-    ranks = np.empty(len(x), dtype=np.float64)
-    ranks[order] = np.arange(len(x))
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return sums[inverse] / counts[inverse]
-
-
-def spearman(x, y) -> float:
-    return pearson(_ranks(x), _ranks(y))
-
-
-def entities(tags: Sequence[str]) -> set[tuple[int, int, str]]:
-    """(start, end, type) chunks as conlleval reads them: I- after O or another type starts one."""
-    chunks, start, kind = set(), None, None
-    for i, tag in enumerate([*tags, "O"]):
-        prefix, _, tag_type = tag.partition("-")
-        starts = prefix == "B" or (prefix == "I" and (start is None or tag_type != kind))
-        if start is not None and (prefix == "O" or starts):
-            chunks.add((start, i, kind))
-            start, kind = None, None
-        if starts:
-            start, kind = i, tag_type
-    return chunks
-
-
-def entity_f1(
-    true_tags: Sequence[Sequence[str]], predicted_tags: Sequence[Sequence[str]]
-) -> dict[str, float]:
-    """Entity-level micro precision / recall / F1 over sentences (conlleval, seqeval default)."""
-    correct = found = expected = 0
-    for true, predicted in zip(true_tags, predicted_tags, strict=True):
-        gold, guess = entities(true), entities(predicted)
-        correct += len(gold & guess)
-        found += len(guess)
-        expected += len(gold)
-    precision = correct / found if found else 0.0
-    recall = correct / expected if expected else 0.0
-    score = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "entity_f1": score}
 
 
 def compute_metrics(task: str | Task, predictions, labels) -> dict[str, float]:

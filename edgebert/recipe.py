@@ -24,7 +24,7 @@ from .passes.distill import DistillConfig
 from .passes.finetune import FinetuneConfig
 from .passes.prune import PruneConfig
 from .passes.share import ShareConfig
-from quantize.config import host_target
+from edgebert.quantize.config import host_target
 
 
 @dataclass(kw_only=True)

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from . import device_tests
 from .errors import EdgebertError
 
-HARNESS = Path(__file__).resolve().parent.parent / "device_tests"
+# The harness folder, copied as it is to a board or phone and run there as `python -m device_tests`.
+HARNESS = Path(device_tests.__file__).parent
 INSTALL = {"numpy": "numpy", "onnxruntime": "onnxruntime", "litert": "ai-edge-litert",
            "tflite-runtime": "tflite-runtime 'numpy<2'"}
 GRACE_S = 30  # a step may take --timeout plus this before the client kills it
@@ -136,10 +138,12 @@ def _load_result(path: Path, where: str) -> dict:
     return result
 
 
-def _probe_flags(job: Job) -> list[str]:
+def _probe_flags(job: Job, module: str = "device_tests") -> list[str]:
+    """`module` is the harness as the target imports it: a copied `device_tests` folder on a device,
+    the installed `edgebert.device_tests` on this machine."""
     wanted = [job.backend] if job.backend else (["onnxruntime"] if job.model.suffix == ".onnx"
                                                  else ["litert", "tflite-runtime"])
-    return ["-m", "device_tests", "probe", "--backends", ",".join(wanted)]
+    return ["-m", module, "probe", "--backends", ",".join(wanted)]
 
 
 class Local:
@@ -154,18 +158,16 @@ class Local:
         return [sys.executable]
 
     def env(self) -> dict:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS.parent), env.get("PYTHONPATH")]))
-        return env
+        return dict(os.environ)
 
     def run(self, job: Job) -> dict:
-        probe = call(self.python() + _probe_flags(job), f"{self.name}: probe", job.limit, self.env())
+        probe = call(self.python() + _probe_flags(job, "edgebert.device_tests"), f"{self.name}: probe", job.limit, self.env())
         found = json.loads(probe.stdout.strip().splitlines()[-1])
         backend = _backend(job, found["found"])
         _check_probe(found, backend, f"{self.name} ({found['machine']}, Python {found['python']})")
         with tempfile.TemporaryDirectory(prefix="edgebert-bench-") as tmp:
             out = Path(tmp) / "result.json"
-            cmd = self.python() + ["-m", "device_tests", "run", "--model", str(job.model), "--inputs",
+            cmd = self.python() + ["-m", "edgebert.device_tests", "run", "--model", str(job.model), "--inputs",
                                    str(job.inputs), "--backend", backend, "--json", str(out)] + job.flags
             if job.manifest:
                 cmd += ["--manifest", str(job.manifest)]

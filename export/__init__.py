@@ -1,6 +1,6 @@
 """Export a trained PyTorch encoder to ONNX or TFLite, verified against PyTorch in the file's runtime.
 
-    from export import export, OnnxExport, TFLiteExport, Budget
+    from edgebert.export import export, OnnxExport, TFLiteExport, Budget
     export(model, OnnxExport(), out="model.onnx", eval_data=dev, budget=Budget(max_abs_diff=1e-4))
 
 One verb; each format is a config dataclass, and `_EXPORTERS` maps configs to implementations.

@@ -27,7 +27,7 @@ import numpy as np
 
 from edgebert.errors import EdgebertError
 
-from device_tests.manifest import sha256
+from edgebert.device_tests.files import sha256
 
 from .data import load_arrays
 from .runtime import signature_lengths

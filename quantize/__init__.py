@@ -1,6 +1,6 @@
 """Quantize an exported model (or a PyTorch model, exported on the way) to INT8, verified.
 
-    from quantize import quantize, DynamicInt8, StaticInt8, MixedPrecision, QAT, Int8Embeddings
+    from edgebert.quantize import quantize, DynamicInt8, StaticInt8, MixedPrecision, QAT, Int8Embeddings
     quantize("model.onnx", DynamicInt8(), out="model.int8.onnx", eval_data=dev)
     quantize(model, MixedPrecision(budget=Budget(max_metric_drop=1.0)), out="m.onnx",
              calibration=train_sample, eval_data=dev)
@@ -20,13 +20,13 @@ from pathlib import Path
 from torch import nn
 
 from edgebert.errors import EdgebertError
-from export import Exported, OnnxExport, TFLiteExport
-from export._files import atomic_path, sidecar, write_json
-from export.data import InputSpec, load_arrays, torch_logits
-from export.onnx import export_onnx
-from export.runtime import logits as runtime_logits
-from export.tflite import export_tflite
-from export.verify import Budget, verify
+from edgebert.export import Exported, OnnxExport, TFLiteExport
+from edgebert.export._files import atomic_path, sidecar, write_json
+from edgebert.export.data import InputSpec, load_arrays, torch_logits
+from edgebert.export.onnx import export_onnx
+from edgebert.export.runtime import logits as runtime_logits
+from edgebert.export.tflite import export_tflite
+from edgebert.export.verify import Budget, verify
 
 from . import passes, qat  # noqa: F401  (registers the implementations)
 from .config import QAT, DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8
@@ -45,7 +45,7 @@ def _spec_of_file(path: Path) -> InputSpec:
         import onnx
 
         return InputSpec(names=tuple(i.name for i in onnx.load(str(path), load_external_data=False).graph.input))
-    from export.runtime import TFLiteModel
+    from edgebert.export.runtime import TFLiteModel
 
     m = TFLiteModel(path)
     return InputSpec(names=tuple(n for n in ("input_ids", "attention_mask", "token_type_ids")

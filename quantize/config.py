@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgebert.errors import EdgebertError
-from export.verify import Budget
+from edgebert.export.verify import Budget
 
 TARGETS = ("x86", "x86-vnni", "arm")
 METHODS = ("minmax", "percentile", "entropy")

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from edgebert.errors import EdgebertError
-from export.verify import Budget, compare
+from edgebert.export.verify import Budget, compare
 
 
 def _cost(result: dict) -> tuple[float, float]:

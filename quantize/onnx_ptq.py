@@ -17,7 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from edgebert.errors import EdgebertError
-from export.data import batches, take
+from edgebert.export.data import batches, take
 
 FUSED_OPS = {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu", "FastGelu"}
 

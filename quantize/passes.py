@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 
 from edgebert.errors import EdgebertError
-from export.runtime import logits as runtime_logits
+from edgebert.export.runtime import logits as runtime_logits
 
 from . import onnx_ptq, tflite_ptq
 from .config import DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8

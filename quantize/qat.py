@@ -21,9 +21,9 @@ from onnx import numpy_helper
 from torch import nn
 
 from edgebert.errors import EdgebertError
-from export.data import InputSpec, batches
-from export.onnx import OnnxExport, trace
-from export.tflite import convert
+from edgebert.export.data import InputSpec, batches
+from edgebert.export.onnx import OnnxExport, trace
+from edgebert.export.tflite import convert
 
 from . import onnx_ptq, tflite_ptq
 from .config import QAT

@@ -9,7 +9,7 @@ from typing import Callable
 from torch import nn
 
 from edgebert.errors import EdgebertError
-from export.data import InputSpec
+from edgebert.export.data import InputSpec
 
 _IMPLS: dict[tuple[type, str], Callable] = {}
 

@@ -15,7 +15,7 @@ from io import StringIO
 import numpy as np
 
 from edgebert.errors import EdgebertError
-from export.runtime import pick_signature
+from edgebert.export.runtime import pick_signature
 
 # ONNX-side kinds → the TFLite ops that implement them (the Adds are not told apart by op type).
 TFLITE_OPS = {
@@ -111,7 +111,7 @@ def calibrate(flatbuffer: bytes, arrays: dict, samples: int) -> dict:
     """Tensor ranges for every op kind at once, so each static variant of the search reuses them."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from export.runtime import signature_lengths
+    from edgebert.export.runtime import signature_lengths
 
     interpreter = Interpreter(model_content=bytes(flatbuffer))
     lengths = signature_lengths(interpreter)

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from edgebert import EdgebertError, EncoderConfig, HeadConfig, build
-from export import OnnxExport, export
-from export.bundle import read_bundle, verify_bundle, write_bundle
-from export.report import optimal
+from edgebert.export import OnnxExport, export
+from edgebert.export.bundle import read_bundle, verify_bundle, write_bundle
+from edgebert.export.report import optimal
 
 pytest.importorskip("onnx", reason="onnx is not installed (pip install 'edgebert[convert]')")
 
@@ -128,7 +128,7 @@ def test_failure_mid_write_leaves_nothing_and_keeps_the_old_bundle(inputs, tmp_p
     assert verify_bundle(out)["files"] == before
 
     monkeypatch.undo()
-    monkeypatch.setattr("export.report.render", lambda *a: 1 / 0)  # any error, after most files are written
+    monkeypatch.setattr("edgebert.export.report.render", lambda *a: 1 / 0)  # any error, after most files are written
     with pytest.raises(ZeroDivisionError):
         write_bundle(tmp_path / "new", **inputs)
     assert _leftovers(tmp_path) == ["b"]
@@ -162,8 +162,8 @@ def test_tampering_is_detected(inputs, tmp_path):
         f.write(b"\0")
     with pytest.raises(EdgebertError, match="model.onnx is .* bytes, the manifest says"):
         verify_bundle(out)
-    from device_tests import HarnessError
-    from device_tests.manifest import sha256, verify
+    from edgebert.device_tests import HarnessError
+    from edgebert.device_tests.files import sha256, verify
 
     with pytest.raises(HarnessError, match="truncated or stale"):  # the on-device harness reads the same manifest
         verify(str(out / "manifest.json"), str(out / "model.onnx"), sha256(str(out / "model.onnx")), True)

@@ -9,8 +9,8 @@ import torch
 
 from edgebert.errors import EdgebertError
 from edgebert.model import EncoderConfig, HeadConfig, build
-from export import Budget, InputSpec, OnnxExport, export, load_arrays
-from export.data import torch_logits
+from edgebert.export import Budget, InputSpec, OnnxExport, export, load_arrays
+from edgebert.export.data import torch_logits
 
 
 def tiny(**overrides):

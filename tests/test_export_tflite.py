@@ -6,9 +6,9 @@ import torch
 
 from edgebert.errors import EdgebertError
 from edgebert.model import EncoderConfig, HeadConfig, build
-from export import TFLiteExport, export, pick_signature
-from export.runtime import TFLiteModel
-from export.tflite import fp16
+from edgebert.export import TFLiteExport, export, pick_signature
+from edgebert.export.runtime import TFLiteModel
+from edgebert.export.tflite import fp16
 
 SEQ = (8, 16)
 

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from edgebert import EdgebertError, EncoderConfig, HeadConfig, build
-from export import TFLiteExport, export
-from export.bundle import read_bundle, write_bundle
-from export.mediapipe import add_metadata, min_parser_version
-from export.runtime import TFLiteModel
+from edgebert.export import TFLiteExport, export
+from edgebert.export.bundle import read_bundle, write_bundle
+from edgebert.export.mediapipe import add_metadata, min_parser_version
+from edgebert.export.runtime import TFLiteModel
 
 pytest.importorskip("mediapipe", reason="mediapipe is not installed (pip install 'edgebert[mediapipe]')")
 pytest.importorskip("litert_torch", reason="litert-torch is not installed (pip install 'edgebert[convert]')")
@@ -99,7 +99,7 @@ def test_mediapipe_text_classifier_agrees_with_litert(bundle, tokenizer, sentenc
     assert (multi.argmax(1) == labels).all()
     np.testing.assert_allclose(multi, mp, rtol=1e-3, atol=1e-3)
 
-    from device_tests.cli import main as harness
+    from edgebert.device_tests.cli import main as harness
 
     for name in ("model.tflite", "classifier.tflite"):
         result = tmp_path / f"{name}.json"

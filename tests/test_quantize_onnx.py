@@ -7,10 +7,10 @@ import onnx
 import pytest
 
 from edgebert.errors import EdgebertError
-from export import Budget, OnnxExport, export
-from quantize import QAT, DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8, quantize
-from quantize.config import KINDS
-from quantize.onnx_ptq import classify
+from edgebert.export import Budget, OnnxExport, export
+from edgebert.quantize import QAT, DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8, quantize
+from edgebert.quantize.config import KINDS
+from edgebert.quantize.onnx_ptq import classify
 
 from conftest import QUANT_VOCAB as VOCAB
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from edgebert.errors import EdgebertError
-from export import Budget, TFLiteExport, export
-from export.runtime import TFLiteModel
-from quantize import QAT, DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8, quantize
+from edgebert.export import Budget, TFLiteExport, export
+from edgebert.export.runtime import TFLiteModel
+from edgebert.quantize import QAT, DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8, quantize
 
 from conftest import QUANT_VOCAB as VOCAB
 
