@@ -16,20 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# This folder holds bench/quantize.py, named like the `quantize` package: keep it off the import path.
-
-
-def _versions(*dists: str) -> dict:
-    import importlib.metadata as md
-
-    out = {}
-    for d in dists:
-        try:
-            out[d] = md.version(d)
-        except md.PackageNotFoundError:
-            out[d] = None
-    return out
+from edgebert.device_tests.files import write_json
+from edgebert.device_tests.versions import versions
 
 
 def _default_tensor_type_quantizer(original):
@@ -95,33 +83,33 @@ def build_optimum(teacher: str, out: Path, config_name: str) -> dict:
                          "operators": [str(o) for o in qconfig.operators_to_quantize],
                          "o2_workaround": "extra_options DefaultTensorType=FLOAT (huggingface/optimum PR #1959)"},
         "steps": steps,
-        "versions": _versions("optimum", "optimum-onnx", "onnxruntime", "transformers", "torch", "onnx"),
+        "versions": versions("optimum", "optimum-onnx", "onnxruntime", "transformers", "torch", "onnx"),
     }
 
 
 def build_tflite(model_dir: str, out: Path, seq_lens: tuple[int, ...], int8: dict | None) -> dict:
     """The project's TFLite path: litert-torch FP32 export with one signature per length, then
-    ai-edge-quantizer dynamic-range INT8 (`quantize.DynamicInt8`, i.e. dynamic_wi8_afp32)."""
+    ai-edge-quantizer dynamic-range INT8 (`quantize.DynamicInt8Config`, i.e. dynamic_wi8_afp32)."""
     import torch
 
     import edgebert
-    from edgebert.export import TFLiteExport, export
-    from edgebert.quantize import DynamicInt8, quantize
+    from edgebert.export import TFLiteExportConfig, export
+    from edgebert.quantize import DynamicInt8Config, quantize
 
     torch.set_num_threads(1)
     model = edgebert.load(model_dir)
     steps = {}
     t0 = time.time()
-    export(model, TFLiteExport(seq_lens=seq_lens), out=out / "fp32.tflite")
+    export(model, TFLiteExportConfig(seq_lens=seq_lens), out=out / "fp32.tflite")
     steps["export_s"] = round(time.time() - t0, 1)
-    config = DynamicInt8(**(int8 or {}))
+    config = DynamicInt8Config(**(int8 or {}))
     t0 = time.time()
     quantize(out / "fp32.tflite", config, out=out / "int8.tflite")
     steps["quantize_s"] = round(time.time() - t0, 1)
     return {"files": {"fp32": "fp32.tflite", "int8": "int8.tflite"}, "seq_lens": list(seq_lens),
-            "int8_config": {"type": "DynamicInt8", "per_channel": config.per_channel, "target": config.target,
+            "int8_config": {"type": type(config).__name__, "per_channel": config.per_channel, "target": config.target,
                             "int8_embeddings": config.int8_embeddings},
-            "steps": steps, "versions": _versions("litert-torch", "ai-edge-quantizer", "ai-edge-litert", "torch")}
+            "steps": steps, "versions": versions("litert-torch", "ai-edge-quantizer", "ai-edge-litert", "torch")}
 
 
 def main(argv=None) -> int:
@@ -135,7 +123,7 @@ def main(argv=None) -> int:
     t.add_argument("--model", required=True)
     t.add_argument("--out", required=True)
     t.add_argument("--seq-lens", default="16,32,64,128")
-    t.add_argument("--int8", help="DynamicInt8 options as JSON")
+    t.add_argument("--int8", help="DynamicInt8Config options as JSON")
     args = p.parse_args(argv)
     out = Path(args.out)
     if out.exists():
@@ -148,7 +136,7 @@ def main(argv=None) -> int:
         info = build_tflite(args.model, out, tuple(int(x) for x in args.seq_lens.split(",")),
                             json.loads(args.int8) if args.int8 else None)
     info["wall_s"] = round(time.time() - t0, 1)
-    (out / "info.json").write_text(json.dumps(info, indent=1))
+    write_json(out / "info.json", info, indent=1)
     return 0
 
 

@@ -23,10 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-# This folder holds bench/quantize.py, named like the `quantize` package: keep it off the import path.
-
 from edgebert.device_tests.evalset import INPUTS, EvalSet, metric
+from edgebert.device_tests.files import write_json
 from edgebert.device_tests.harness import latency_stats, peak_rss_mb
 
 
@@ -250,9 +248,7 @@ def main(argv=None) -> int:
     g.add_argument("--json", required=True)
     args = p.parse_args(argv)
     result = {"torch": run_torch, "gemm": run_gemm, "profile": run_profile}[args.what](args)
-    tmp = f"{args.json}.tmp"
-    Path(tmp).write_text(json.dumps(result, indent=1))
-    os.replace(tmp, args.json)
+    write_json(args.json, result, indent=1)
     return 0
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from edgebert import checkpoint
-from edgebert.data import EncodedDataset, load_task
+from edgebert.data import EncodedDataset, TaskData, load_task
+from edgebert.device_tests.files import write_json
 from edgebert.passes import (
     DistillConfig,
     PruneConfig,
@@ -26,7 +27,6 @@ from edgebert.passes import (
     TrainConfig,
     distill,
     evaluate,
-    init_student,
     measure,
     prune,
     share,
@@ -37,13 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TEACHER = ROOT.parent / "shared" / "models" / "minilm-l6-sst2"
 
 
-def recovery(steps: int, args, eval_every: int, *, freeze: bool = True) -> DistillConfig:
-    """Logit + hidden-state distillation, batch 32, length buckets; the V×H word table frozen."""
+def recovery(steps: int, args, eval_every: int, *, freeze: bool = True, **student) -> DistillConfig:
+    """Logit + hidden-state distillation, batch 32, length buckets; the V×H word table frozen.
+    `student` (e.g. layers=4) makes distill build the student from the model it is given."""
     return DistillConfig(
         train=TrainConfig(steps=steps, batch_size=32, lr=args.lr, warmup=0.06, eval_every=eval_every,
                           save_every=100, freeze_word_embeddings=freeze, seed=args.seed),
         temperature=args.temperature, logit_weight=1.0, hidden_weight=args.hidden_weight,
-        cache_dir=args.cache or str(Path(args.out) / "teacher-cache"))
+        cache_dir=args.cache or str(Path(args.out) / "teacher-cache"), **student)
 
 
 def main() -> None:
@@ -76,13 +77,14 @@ def main() -> None:
         rec["details"] = extra or {}
         results[name] = rec
         results_file.parent.mkdir(parents=True, exist_ok=True)
-        results_file.write_text(json.dumps(results, indent=2))
+        write_json(results_file, results)
         print(f"{name}: accuracy {rec['metrics']['accuracy']:.4f} params {rec['params']:,} bytes {rec['bytes']:,} "
               f"flops@128 {rec['flops_128']:,} wall {wall_s:.0f}s", flush=True)
 
     tokenizer = load_tokenizer(args.teacher)
     train_data = EncodedDataset(load_task("sst2", "train"), tokenizer, args.max_length)
     dev = EncodedDataset(load_task("sst2", "dev"), tokenizer, args.max_length)
+    data = TaskData(train_data, dev, tokenizer)
     teacher = checkpoint.load(args.teacher)
     if "teacher" not in results:
         record("teacher", teacher, 0.0)
@@ -92,10 +94,11 @@ def main() -> None:
         folder = out / name
         if not (folder / "model" / "config.json").exists():
             t0 = time.time()
-            model, rec = run(folder)
+            result = run(folder)
+            model, rec = result.model, result.record
             checkpoint.save(model, folder / "model", tokenizer_from=args.teacher)
             rec.details.update(command=results["command"], stage_wall_s=round(time.time() - t0, 1))
-            (folder / "record.json").write_text(json.dumps(rec.to_dict()))
+            write_json(folder / "record.json", rec.to_dict())
         model = checkpoint.load(folder / "model")
         if name not in results:
             rec = json.loads((folder / "record.json").read_text())
@@ -105,22 +108,21 @@ def main() -> None:
     stages = args.stages.split(",")
 
     def run_a(folder):
-        student = init_student(teacher, num_layers=4)
-        return distill(student, teacher, train_data, dev, config=recovery(args.steps_a, args, 400), work_dir=folder)
+        return distill(teacher, recovery(args.steps_a, args, 400, layers=4), data, work_dir=folder)
 
     a = stage("a_distilled_4l", run_a)
 
     def run_b(folder):
         config = PruneConfig(heads=0.5, ffn=0.5, per_layer=True, rounds=args.rounds_b,
                              recovery=recovery(args.steps_b, args, 350))
-        return prune(a, train_data, dev, teacher=teacher, config=config, work_dir=folder)
+        return prune(a, config, data, teacher=teacher, work_dir=folder)
 
     b = stage("b_pruned_50", run_b) if "b" in stages or "c" in stages else None
 
     def run_c(folder):
         config = ShareConfig(group_size=2, parts="all", init="best", embedding_size=128,
                              recovery=recovery(args.steps_c, args, 250, freeze=False))  # V×128 is small: train it
-        return share(b, train_data, dev, teacher=teacher, config=config, work_dir=folder)
+        return share(b, config, data, teacher=teacher, work_dir=folder)
 
     if "c" in stages:
         stage("c_shared_factorized", run_c)

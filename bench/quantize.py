@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgebert.device_tests.files import write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-# This file is named like the `quantize` package: keep its folder off the import path.
 
 
 def tokenize(tokenizer, sentences: list[str], labels: list[int], max_length: int = 128) -> dict:
@@ -46,21 +47,13 @@ def time_model(path: str, arrays_path: str, threads: int, runs: int) -> dict:
     with np.load(arrays_path) as f:
         arrays = {k: f[k] for k in f.files}
     names = ("input_ids", "attention_mask", "token_type_ids")
-    if path.endswith(".onnx"):
-        from edgebert.export.runtime import ort_session
+    if path.endswith((".onnx", ".tflite")):
+        from edgebert.export import formats
 
-        session = ort_session(path, threads)
-        dtype = np.int32 if "int32" in session.get_inputs()[0].type else np.int64
-
-        def run(i: int, t: int):
-            session.run(["logits"], {k: arrays[k][i:i + 1, :t].astype(dtype) for k in names})
-    elif path.endswith(".tflite"):
-        from edgebert.export.runtime import TFLiteModel
-
-        model = TFLiteModel(path, threads)
+        model = formats.of_file(path).open(path, threads)
 
         def run(i: int, t: int):
-            model({k: arrays[k][i:i + 1, :t] for k in names}, t)
+            model.run({k: arrays[k][i:i + 1, :t] for k in names})
     else:
         from edgebert.checkpoint import load
 
@@ -86,7 +79,7 @@ def time_model(path: str, arrays_path: str, threads: int, runs: int) -> dict:
 
 
 def timed(path: Path, arrays_path: Path, threads: int, runs: int) -> dict:
-    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
     cmd = [sys.executable, __file__, "--time", str(path), "--arrays", str(arrays_path), "--threads", str(threads),
            "--runs", str(runs)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
@@ -114,11 +107,9 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from edgebert.checkpoint import load
-    from edgebert.export import Budget, OnnxExport, TFLiteExport, export
-    from edgebert.export.data import torch_logits, InputSpec
-    from edgebert.export.runtime import logits
-    from edgebert.export.verify import compare
-    from edgebert.quantize import DynamicInt8, MixedPrecision, StaticInt8, quantize
+    from edgebert.export import (Artifact, Budget, InputSpec, OnnxExportConfig, TFLiteExportConfig, compare, export,
+                                 torch_logits)
+    from edgebert.quantize import DynamicInt8Config, MixedPrecisionConfig, StaticInt8Config, quantize
 
     torch.set_num_threads(1)
     work = Path(args.work)
@@ -152,10 +143,10 @@ def main() -> None:
                                **timed(teacher, work / "dev.npz", args.threads, args.runs)}
 
     def record(name: str, path: Path, built_s: float, meta: dict) -> None:
-        got = logits(path, dev)
-        c = compare(dev, got, ref)
-        entry = {"file": path.name, "bytes": path.stat().st_size, "accuracy": c["value"],
-                 "accuracy_drop_vs_pytorch": c["metric_drop"], "agreement_vs_pytorch": c["agreement"],
+        got = Artifact(path).run(dev)
+        c = compare(dev, got, ref)  # fractions; this file records points
+        entry = {"file": path.name, "bytes": path.stat().st_size, "accuracy": c["value"] * 100,
+                 "accuracy_drop_vs_pytorch": c["metric_drop"] * 100, "agreement_vs_pytorch": c["agreement"],
                  "max_abs_logit_diff": c["max_abs_diff"], "build_s": round(built_s, 1),
                  **timed(path, work / "dev.npz", args.threads, args.runs)}
         for key in ("method", "float", "static", "sensitivity", "int8_embeddings", "optimization", "fused_ops",
@@ -164,7 +155,7 @@ def main() -> None:
                 entry[key] = meta[key]
         results["variants"][name] = entry
         print(name, json.dumps(entry), flush=True)
-        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+        write_json(args.out, results)
 
     def want(name: str) -> bool:
         return not args.only or name in args.only
@@ -172,39 +163,39 @@ def main() -> None:
     tight = Budget(max_abs_diff=1e-3)
     if any(want(n) for n in ("onnx_fp32", "onnx_dynamic_int8")):
         t = time.time()
-        fp32_onnx = export(model, OnnxExport(), out=work / "fp32.onnx", eval_data=dev, budget=tight)
+        fp32_onnx = export(model, OnnxExportConfig(), out=work / "fp32.onnx", eval_data=dev, budget=tight)
         record("onnx_fp32", fp32_onnx.path, time.time() - t, fp32_onnx.meta)
     if want("onnx_dynamic_int8"):
         t = time.time()
-        r = quantize(fp32_onnx.path, DynamicInt8(), out=work / "dynamic_int8.onnx", eval_data=dev)
+        r = quantize(fp32_onnx.path, DynamicInt8Config(), out=work / "dynamic_int8.onnx", eval_data=dev)
         record("onnx_dynamic_int8", r.path, time.time() - t, r.meta)
     if want("onnx_static_int8_mixed"):
         t = time.time()
-        r = quantize(model, MixedPrecision(budget=Budget(max_metric_drop=1.0)), out=work / "static_mixed.onnx",
+        r = quantize(model, MixedPrecisionConfig(budget=Budget(max_metric_drop=0.01)), out=work / "static_mixed.onnx",
                      calibration=calib, eval_data=dev)
         record("onnx_static_int8_mixed", r.path, time.time() - t, r.meta)
     if any(want(n) for n in ("tflite_fp32", "tflite_dynamic_int8", "tflite_full_int8")):
         t = time.time()
-        fp32_tfl = export(model, TFLiteExport(), out=work / "fp32.tflite", eval_data=dev, budget=tight)
+        fp32_tfl = export(model, TFLiteExportConfig(), out=work / "fp32.tflite", eval_data=dev, budget=tight)
         record("tflite_fp32", fp32_tfl.path, time.time() - t, fp32_tfl.meta)
         if want("tflite_dynamic_int8"):
             t = time.time()
-            r = quantize(fp32_tfl.path, DynamicInt8(), out=work / "dynamic_int8.tflite", eval_data=dev)
+            r = quantize(fp32_tfl.path, DynamicInt8Config(), out=work / "dynamic_int8.tflite", eval_data=dev)
             record("tflite_dynamic_int8", r.path, time.time() - t, r.meta)
         if want("tflite_full_int8"):
             t = time.time()
-            r = quantize(fp32_tfl.path, StaticInt8(), out=work / "full_int8.tflite", calibration=calib, eval_data=dev)
+            r = quantize(fp32_tfl.path, StaticInt8Config(), out=work / "full_int8.tflite", calibration=calib, eval_data=dev)
             record("tflite_full_int8", r.path, time.time() - t, r.meta)
             if results["variants"]["tflite_full_int8"]["accuracy_drop_vs_pytorch"] > 1.0:  # let the search decide
                 t = time.time()
-                r = quantize(fp32_tfl.path, MixedPrecision(budget=Budget(max_metric_drop=1.0)),
+                r = quantize(fp32_tfl.path, MixedPrecisionConfig(budget=Budget(max_metric_drop=0.01)),
                              out=work / "full_int8_mixed.tflite", calibration=calib, eval_data=dev)
                 record("tflite_full_int8_mixed", r.path, time.time() - t, r.meta)
     for name, v in results["variants"].items():
         base = results["variants"].get("tflite_fp32" if name.startswith("tflite") else "onnx_fp32")
         if base:
             v["smaller_than_fp32"] = round(base["bytes"] / v["bytes"], 2)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    write_json(args.out, results)
 
 
 if __name__ == "__main__":

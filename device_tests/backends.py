@@ -1,13 +1,17 @@
-"""The runtimes the harness can drive, behind one small interface: load, prepare, infer.
+"""The runtimes a model file runs in, behind one small interface: load, prepare, infer, run.
 
 `prepare` (cast, pad, pick a signature) happens outside the timed region; `infer` is the only
-thing timed.
+thing the harness times; `run` adds what a caller needs to read the outputs (a dequantized int8
+output, token-level outputs cut back to the input length). `logits` runs a whole right-padded
+eval set in order. This is the one wrapper: the host side (export verification, quantization,
+bundles) loads files through it too.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -34,6 +38,15 @@ def _check_names(names: list[str], where: str) -> None:
                            "export with named inputs (litert-torch: pass sample_kwargs, not sample_args)")
 
 
+def pick_signature(length: int, lengths) -> int:
+    """The smallest exported sequence length that holds `length` tokens."""
+    for t in sorted(lengths):
+        if t >= length:
+            return t
+    raise HarnessError(f"input of {length} tokens exceeds the longest signature seq_{max(lengths)}: "
+                       "truncate it or export a longer sequence length")
+
+
 class Onnx:
     """onnxruntime with dynamic batch and sequence axes."""
 
@@ -52,6 +65,7 @@ class Onnx:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.log_severity_level = 3
         try:
             self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001  onnxruntime raises untyped errors for bad files
@@ -71,12 +85,26 @@ class Onnx:
     def infer(self, prepared) -> np.ndarray:
         return self.session.run([self.output], prepared)[0]
 
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return self.infer(self.prepare(feeds))
+
+
+class Signature(NamedTuple):
+    """One fixed-shape entry point of a .tflite file."""
+
+    key: str  # seq_<T>
+    runner: object
+    dtypes: dict  # input name -> numpy dtype
+    output: str
+    batch: int
+    quantization: tuple[float, int]  # the output's (scale, zero point); scale 0 = float output
+
 
 class TFLite:
     """A .tflite file holding fixed-length signatures (seq_16, seq_32, ...): each batch runs on the
-    smallest signature that fits it, zero-padded."""
+    smallest signature that fits it, zero-padded. `content` loads the flatbuffer from bytes instead of `path`."""
 
-    def __init__(self, path: str, threads: int, backend: str):
+    def __init__(self, path: str, threads: int, backend: str = "litert", *, content: bytes | None = None):
         self.name = backend
         module = "ai_edge_litert.interpreter" if backend == "litert" else "tflite_runtime.interpreter"
         try:
@@ -87,13 +115,14 @@ class TFLite:
         self.version = _version(INSTALL[backend])
         self.warnings = [TFLITE_INT8_WARNING] if backend == "tflite-runtime" else []
         try:
-            self.interpreter = Interpreter(model_path=path, num_threads=threads)
+            source = {"model_content": bytes(content)} if content is not None else {"model_path": path}
+            self.interpreter = Interpreter(**source, num_threads=threads)
         except (ValueError, RuntimeError) as e:
             raise HarnessError(f"{backend} cannot load {path}: {str(e).splitlines()[0]}") from None
         signatures = self.interpreter.get_signature_list()
         if not signatures:
             raise HarnessError(f"{path} has no signatures: export fixed-length signatures seq_16, seq_32, ...")
-        self.signatures = {}  # length -> (key, runner, dtypes, output name)
+        found = {}
         for key, io in signatures.items():
             runner = self.interpreter.get_signature_runner(key)
             details = runner.get_input_details()
@@ -102,28 +131,41 @@ class TFLite:
             shape = details["input_ids"]["shape"]
             if len(shape) != 2:
                 raise HarnessError(f"signature {key} of {path}: input_ids shape {list(shape)}, expected [batch, length]")
-            self.signatures[int(shape[1])] = (key, runner, {n: details[n]["dtype"] for n in names},
-                                              io["outputs"][0], int(shape[0]))
-        batches = {s[4] for s in self.signatures.values()}
+            output = io["outputs"][0]
+            scale, zero = runner.get_output_details()[output]["quantization"]
+            found[int(shape[1])] = Signature(key, runner, {n: details[n]["dtype"] for n in names}, output,
+                                             int(shape[0]), (float(scale), int(zero)))
+        self.signatures = dict(sorted(found.items()))  # length -> Signature, shortest first
+        batches = {s.batch for s in self.signatures.values()}
         self.batch_size = batches.pop() if len(batches) == 1 else None
         self.max_length = max(self.signatures)
-        self.names = sorted({n for s in self.signatures.values() for n in s[2]})
+        self.names = [n for n in INPUTS if any(n in s.dtypes for s in self.signatures.values())]
 
     def signature_for(self, length: int) -> str:
-        return self.signatures[min(t for t in self.signatures if t >= length)][0]
+        return self.signatures[pick_signature(length, self.signatures)].key
 
     def prepare(self, feeds: dict[str, np.ndarray]):
         batch, length = feeds["input_ids"].shape
-        t = min(t for t in self.signatures if t >= length)
-        key, runner, dtypes, output, sig_batch = self.signatures[t]
-        if batch != sig_batch:
-            raise HarnessError(f"signature {key} takes batch {sig_batch}, not {batch}: use --batch {sig_batch}")
-        arrays = {n: np.pad(feeds[n], ((0, 0), (0, t - length))).astype(dtypes[n]) for n in dtypes}
-        return runner, arrays, output
+        t = pick_signature(length, self.signatures)
+        signature = self.signatures[t]
+        if batch != signature.batch:
+            raise HarnessError(f"signature {signature.key} takes batch {signature.batch}, not {batch}: "
+                               f"use --batch {signature.batch}")
+        arrays = {n: np.pad(feeds[n], ((0, 0), (0, t - length))).astype(d) for n, d in signature.dtypes.items()}
+        return signature, arrays
 
     def infer(self, prepared) -> np.ndarray:
-        runner, arrays, output = prepared
-        return runner(**arrays)[output]
+        signature, arrays = prepared
+        return signature.runner(**arrays)[signature.output]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """Outputs as float32 (an int8 output dequantized), token-level ones cut back to the input length."""
+        prepared = self.prepare(feeds)
+        out = self.infer(prepared)
+        scale, zero = prepared[0].quantization
+        if out.dtype != np.float32:
+            out = (out.astype(np.float32) - zero) * scale
+        return out[:, : feeds["input_ids"].shape[1]] if out.ndim == 3 else out
 
 
 def load(path: str, backend: str, threads: int):
@@ -144,3 +186,41 @@ def default_backend(path: str) -> str:
                 return backend
         raise HarnessError("no TFLite runtime is installed: pip install ai-edge-litert")
     raise HarnessError(f"cannot tell the backend from {path}: pass --backend onnxruntime|litert|tflite-runtime")
+
+
+def batches(arrays: dict, names, batch_size: int, dtype=np.int64) -> Iterator[tuple[slice, dict]]:
+    """Feeds of right-padded `arrays` (with `lengths`) in order, each batch cut to its longest example
+    (right padding makes that exact)."""
+    n = len(arrays["lengths"])
+    for start in range(0, n, batch_size):
+        rows = slice(start, min(start + batch_size, n))
+        t = int(arrays["lengths"][rows].max())
+        yield rows, {k: np.ascontiguousarray(arrays[k][rows, :t], dtype=dtype) for k in names}
+
+
+def place(outputs: list[tuple[slice, np.ndarray]], n: int, t: int) -> np.ndarray:
+    """Stack per-batch outputs into [N, ...]; token-level outputs are zero-padded back to T."""
+    first = outputs[0][1]
+    token_level = first.ndim == 3
+    shape = (n, t, first.shape[-1]) if token_level else (n, *first.shape[1:])
+    full = np.zeros(shape, dtype=np.float32)
+    for rows, out in outputs:
+        if token_level:
+            full[rows, : out.shape[1]] = out
+        else:
+            full[rows] = out
+    return full
+
+
+def logits(model, arrays: dict, batch_size: int = 32) -> np.ndarray:
+    """Outputs [N, ...] of `model` (a loaded backend) on right-padded `arrays` with `lengths`, in order.
+
+    A file with a fixed batch gets batches of that size, the last one padded with empty rows."""
+    size = model.batch_size or batch_size
+    outs = []
+    for rows, feed in batches(arrays, model.names, size):
+        real = rows.stop - rows.start
+        if model.batch_size and real < size:
+            feed = {k: np.pad(v, ((0, size - real), (0, 0))) for k, v in feed.items()}
+        outs.append((rows, model.run(feed)[:real]))
+    return place(outs, *arrays["input_ids"].shape)

@@ -3,7 +3,6 @@ untimed pass over the whole eval set (as MLPerf keeps accuracy and performance r
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import resource
@@ -184,12 +183,7 @@ def run(args) -> dict:
 
 def write(result: dict, path: str) -> None:
     """Write atomically: a reader never sees a half-written result."""
-    tmp = f"{path}.tmp"
     try:
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, path)
+        files.write_json(path, result, indent=1)
     except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
         raise HarnessError(f"cannot write {path}: {e.strerror}; free some space or pick another --json") from None

@@ -6,9 +6,10 @@ Imports nothing at module level beyond the standard library, so it works where n
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import json
 import platform
+
+from .versions import versions
 
 MODULES = {"numpy": "numpy", "onnxruntime": "onnxruntime", "litert": "ai_edge_litert.interpreter",
            "tflite-runtime": "tflite_runtime.interpreter"}
@@ -18,15 +19,15 @@ DISTS = {"numpy": "numpy", "onnxruntime": "onnxruntime", "litert": "ai-edge-lite
 
 def probe(names: list[str]) -> dict:
     """{name: version or None} plus the import error of each that failed."""
-    found, errors = {}, {}
+    errors = {}
     for name in names:
         try:
             importlib.import_module(MODULES[name])
-            found[name] = importlib.metadata.version(DISTS[name])
         except Exception as e:  # noqa: BLE001  a broken wheel raises anything, not only ImportError
-            found[name] = None
             errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    return {"python": platform.python_version(), "machine": platform.machine(), "found": found, "errors": errors}
+    installed = versions(*(DISTS[name] for name in names if name not in errors))
+    found = {name: None if name in errors else installed.get(DISTS[name]) for name in names}
+    return {"python": installed["python"], "machine": platform.machine(), "found": found, "errors": errors}
 
 
 def main(names: list[str]) -> int:

@@ -14,6 +14,7 @@ _LAZY = {
     "load": "checkpoint", "save": "checkpoint", "save_hf": "checkpoint",
     "Embedder": "model", "Encoder": "model", "EncoderConfig": "model", "HeadConfig": "model",
     "MaskedLM": "model", "SequenceClassifier": "model", "TokenClassifier": "model", "build": "model",
+    "encoder_of": "model",
 }
 __all__ = ["EdgebertError", *_LAZY]
 

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from .device_tests.files import write_bytes, write_json
 from .targets import BenchError, Job, parse
 
 DEFAULT_RUNS = {"warmup": 10, "runs": 100}
@@ -72,7 +73,7 @@ def bench(model_or_bundle, *, target="local", backend=None, fmt=None, threads=1,
             results.append(result)
     report = {"complete": True, "runs": results}
     if json_out:
-        Path(json_out).write_text(json.dumps(report, indent=1))
+        write_json(json_out, report, indent=1)
     return report
 
 
@@ -149,7 +150,7 @@ def write_report(runs: list[dict], prefix) -> tuple[Path, Path]:
     """PREFIX.md (the table) and PREFIX.html (table + chart, inline SVG, readable offline)."""
     prefix = Path(prefix)
     md, page = prefix.with_suffix(".md"), prefix.with_suffix(".html")
-    md.write_text("# edgebert bench\n\n" + table(runs) + "\n")
+    write_bytes(md, ("# edgebert bench\n\n" + table(runs) + "\n").encode())
     charts = []
     for emulated, title in ((False, "p50 latency (bar) and p90 (whisker), ms"),
                             (True, "EMULATED (qemu) p50 / p90, ms: not device latency")):
@@ -163,10 +164,11 @@ def write_report(runs: list[dict], prefix) -> tuple[Path, Path]:
             rows.append("<tr>" + "".join(f"<{tag}>{html.escape(c.strip())}</{tag}>" for c in line.strip("|").split("|"))
                         + "</tr>")
     note = "<p>* emulated (qemu): not device latency.</p>" if any(r["emulated"] for r in runs) else ""
-    page.write_text("<!doctype html><meta charset='utf-8'><title>edgebert bench</title>"
-                    "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}"
-                    "table{border-collapse:collapse}</style><h1>edgebert bench</h1>"
-                    f"<table>{''.join(rows)}</table>{note}" + "".join(f"<p>{c}</p>" for c in charts) + "\n")
+    write_bytes(page, ("<!doctype html><meta charset='utf-8'><title>edgebert bench</title>"
+                       "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}"
+                       "table{border-collapse:collapse}</style><h1>edgebert bench</h1>"
+                       f"<table>{''.join(rows)}</table>{note}" + "".join(f"<p>{c}</p>" for c in charts)
+                       + "\n").encode())
     return md, page
 
 

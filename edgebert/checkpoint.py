@@ -3,8 +3,9 @@
 Two folder formats:
 - edgebert's own: `config.json` with an "edgebert" key (any shape the passes produce) and
   `model.safetensors` in this project's names;
-- Hugging Face's, for BERT, RoBERTa, ALBERT, DistilBERT, ELECTRA and MiniLM: read by `load`,
-  written by `save_hf` (transformers loads it back) when the shape is one transformers can express.
+- Hugging Face's, for every family in `edgebert.families` (BERT, RoBERTa, ALBERT, DistilBERT,
+  ELECTRA, MiniLM, ModernBERT): read by `load`, written by `save_hf` (transformers loads it back) when the
+  shape is one transformers can express. Nothing here depends on the family: the registry says.
 
 Weights come from safetensors, or from `pytorch_model.bin` through `torch.load(weights_only=True)`;
 never `trust_remote_code`.
@@ -23,14 +24,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_model
 from torch import nn
 
+from . import families
 from .errors import EdgebertError
-from .model import EncoderConfig, HeadConfig, TaskModel, build, describe, from_description
+from .families import Family, Slice, linear
+from .model import HeadConfig, TaskModel, build, describe, encoder_of, from_description
 
-FAMILIES = ("bert", "roberta", "albert", "distilbert", "electra")
-_ALIASES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
-            "albert": "albert", "distilbert": "distilbert", "electra": "electra"}
-_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                   "gelu_fast": "gelu_tanh", "relu": "relu"}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
                    "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model")
 
@@ -47,10 +45,9 @@ def load(path: str | Path) -> nn.Module:
         model = from_description(config["edgebert"])
         _load_state(model, _read_weights(folder), folder, names=None)
         return model.eval()
-    family = _family(config, folder)
-    enc, head = _config_from_hf(config, family)
-    model = build(enc, head)
-    _load_state(model, _read_weights(folder), folder, names=_name_map(model, family))
+    family = families.for_hf(config, str(folder / "config.json"))
+    model = build(family.from_hf(config), _head_from_hf(config, family))
+    _load_state(model, _read_weights(folder), folder, names=_name_map(model, family), prefix=family.prefix)
     return model.eval()
 
 
@@ -112,135 +109,79 @@ def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     raise EdgebertError(f"{folder} has no model.safetensors or pytorch_model.bin")
 
 
-def _family(config: dict, folder: Path) -> str:
-    model_type = config.get("model_type", "")
-    if model_type not in _ALIASES:
-        raise EdgebertError(f"{folder / 'config.json'}: unsupported architecture {model_type!r}; "
-                            f"edgebert loads {', '.join(FAMILIES)} (MiniLM uses the bert layout)")
-    return _ALIASES[model_type]
-
-
-def _head_from_hf(config: dict, family: str) -> HeadConfig | None:
+def _head_from_hf(config: dict, family: Family) -> HeadConfig | None:
+    """The head of `architectures[0]`, when the family maps it; None loads the bare encoder."""
     archs = config.get("architectures") or []
     arch = archs[0] if archs else ""
     id2label = config.get("id2label") or {}
     labels = [id2label[k] for k in sorted(id2label, key=int)] if id2label else []
     num_labels = config.get("num_labels", len(labels) or 2)
+    if arch.endswith(("ForSequenceClassification", "ForTokenClassification")) and family.classifier is None:
+        return None
     if arch.endswith("ForSequenceClassification"):
-        pooler = {"distilbert": "relu", "electra": "gelu"}.get(family, "tanh")
+        pooler = family.pooler_activation if family.pooler else None
         return HeadConfig(kind="sequence-classification", num_labels=num_labels, labels=labels, pooler=pooler)
     if arch.endswith("ForTokenClassification"):
         return HeadConfig(kind="token-classification", num_labels=num_labels, labels=labels, pooler=None)
-    if arch.endswith(("ForMaskedLM", "ForPreTraining")) and family != "electra":
-        return HeadConfig(kind="masked-lm", pooler=None, nsp=arch == "BertForPreTraining")
+    if arch.endswith(("ForMaskedLM", "ForPreTraining")) and family.mlm:
+        nsp = arch == f"{family.stem}ForPreTraining" and family.nsp is not None
+        return HeadConfig(kind="masked-lm", pooler=None, nsp=nsp)
     return None
 
 
-def _config_from_hf(config: dict, family: str) -> tuple[EncoderConfig, HeadConfig | None]:
-    g = config.get
-    act = g("activation" if family == "distilbert" else "hidden_act", "gelu")
-    if act not in _HF_ACTIVATIONS:
-        raise EdgebertError(f"unsupported activation {act!r} in config.json")
-    if family == "distilbert":
-        enc = EncoderConfig(family=family, vocab_size=g("vocab_size"), hidden_size=g("dim"),
-                            num_layers=g("n_layers"), num_heads=g("n_heads"), intermediate_size=g("hidden_dim"),
-                            activation=_HF_ACTIVATIONS[act], type_vocab_size=0,
-                            max_positions=g("max_position_embeddings", 512), pad_token_id=g("pad_token_id", 0),
-                            dropout=g("dropout", 0.1), attention_dropout=g("attention_dropout", 0.1))
-        return enc, _head_from_hf(config, family)
-    layers = g("num_hidden_layers")
-    groups = None
-    if family == "albert":
-        if g("inner_group_num", 1) != 1:
-            raise EdgebertError("ALBERT with inner_group_num > 1 is not supported")
-        n_groups = g("num_hidden_groups", 1)
-        groups = [int(i / (layers / n_groups)) for i in range(layers)]
-    embedding_size = g("embedding_size") if family in ("albert", "electra") else None
-    if embedding_size == g("hidden_size"):
-        embedding_size = None
-    enc = EncoderConfig(
-        family=family, vocab_size=g("vocab_size"), hidden_size=g("hidden_size"), num_layers=layers,
-        num_heads=g("num_attention_heads"), intermediate_size=g("intermediate_size"),
-        attention_groups=groups, ffn_groups=groups, embedding_size=embedding_size,
-        activation=_HF_ACTIVATIONS[act], type_vocab_size=g("type_vocab_size", 2),
-        max_positions=g("max_position_embeddings", 512),
-        position_offset=g("pad_token_id", 1) + 1 if family == "roberta" else 0,
-        pad_token_id=g("pad_token_id", 0) or 0, layer_norm_eps=g("layer_norm_eps", 1e-12),
-        dropout=g("hidden_dropout_prob", 0.1), attention_dropout=g("attention_probs_dropout_prob", 0.1),
-    )
-    return enc, _head_from_hf(config, family)
-
-
-def _name_map(model: nn.Module, family: str) -> dict[str, str]:
+def _name_map(model: nn.Module, family: Family) -> dict[str, str | Slice]:
     """This project's tensor name → Hugging Face's, for every tensor `model` has.
 
     Layers that share modules (ALBERT) map several of our names to one Hugging Face tensor."""
-    c = model.config
-    task = isinstance(model, TaskModel)
-    base = f"{family}." if task else ""
-    ours = "encoder." if task else ""
-    m: dict[str, str] = {}
-
-    def lin(hf: str, our: str) -> None:
-        m[our + ".weight"], m[our + ".bias"] = hf + ".weight", hf + ".bias"
-
-    emb = f"{base}embeddings."
-    for table in ("word", "position", "token_type")[: 3 if c.type_vocab_size else 2]:
-        m[f"{ours}embeddings.{table}_embeddings.weight"] = f"{emb}{table}_embeddings.weight"
-    lin(emb + "LayerNorm", ours + "embeddings.LayerNorm")
-    if c.embedding_size:
-        proj = {"albert": f"{base}encoder.embedding_hidden_mapping_in", "electra": f"{base}embeddings_project"}
-        lin(proj[family], ours + "embeddings.projection")
-
-    for i in range(c.num_layers):
-        L = f"{ours}encoder.layer.{i}."
-        if family == "albert":
-            H = f"{base}encoder.albert_layer_groups.{c.group('attention_groups', i)}.albert_layers.0."
-            pairs = [("attention.query", "attention.self.query"), ("attention.key", "attention.self.key"),
-                     ("attention.value", "attention.self.value"), ("attention.dense", "attention.output.dense"),
-                     ("attention.LayerNorm", "attention.output.LayerNorm"), ("ffn", "intermediate.dense"),
-                     ("ffn_output", "output.dense"), ("full_layer_layer_norm", "output.LayerNorm")]
-        elif family == "distilbert":
-            H = f"{base}transformer.layer.{i}."
-            pairs = [("attention.q_lin", "attention.self.query"), ("attention.k_lin", "attention.self.key"),
-                     ("attention.v_lin", "attention.self.value"), ("attention.out_lin", "attention.output.dense"),
-                     ("sa_layer_norm", "attention.output.LayerNorm"), ("ffn.lin1", "intermediate.dense"),
-                     ("ffn.lin2", "output.dense"), ("output_layer_norm", "output.LayerNorm")]
-        else:
-            H = f"{base}encoder.layer.{i}."
-            pairs = [(p, p) for p in ("attention.self.query", "attention.self.key", "attention.self.value",
-                                      "attention.output.dense", "attention.output.LayerNorm",
-                                      "intermediate.dense", "output.dense", "output.LayerNorm")]
-        for hf, our in pairs:
-            lin(H + hf, L + our)
-
-    if not task:
-        return m
+    encoder = family.weights(encoder_of(model).config)
+    if not isinstance(model, TaskModel):
+        return encoder
+    m = {f"encoder.{ours}": _prefixed(hf, family.prefix) for ours, hf in encoder.items()}
     head = model.head
+    if head.kind in ("sequence-classification", "token-classification") and family.classifier is None:
+        raise EdgebertError(f"task heads are not mapped for {family.name}: save with edgebert's own format")
     if head.kind == "sequence-classification":
         if head.pooler:
-            pooler = {"bert": "bert.pooler.dense", "albert": "albert.pooler", "roberta": "classifier.dense",
-                      "electra": "classifier.dense", "distilbert": "pre_classifier"}[family]
-            lin(pooler, "pooler.dense")
-        lin("classifier.out_proj" if family in ("roberta", "electra") else "classifier", "classifier")
+            if family.pooler is None:
+                raise EdgebertError(f"{family.name}'s classifier has no pooler: use HeadConfig(pooler=None)")
+            m.update(linear(family.pooler, "pooler.dense"))
+        m.update(linear(family.classifier, "classifier"))
     elif head.kind == "token-classification":
-        lin("classifier", "classifier")
+        m.update(linear("classifier", "classifier"))
     elif head.kind == "masked-lm":
-        prefix = {"bert": "cls.predictions.", "roberta": "lm_head.", "albert": "predictions."}.get(family)
-        if prefix is None:
-            raise EdgebertError(f"the masked-lm head is not mapped for {family}")
-        names = {"bert": ("transform.dense", "transform.LayerNorm"), "roberta": ("dense", "layer_norm"),
-                 "albert": ("dense", "LayerNorm")}[family]
-        lin(prefix + names[0], "transform")
-        lin(prefix + names[1], "LayerNorm")
-        m["bias"] = prefix + "bias"
+        if family.mlm is None:
+            raise EdgebertError(f"the masked-lm head is not mapped for {family.name}")
+        transform, norm, bias = family.mlm
+        m.update({**linear(transform, "transform"), **linear(norm, "LayerNorm"), "bias": bias})
         if head.nsp:
-            lin("bert.pooler.dense", "pooler.dense")
-            lin("cls.seq_relationship", "nsp")
+            if family.nsp is None:
+                raise EdgebertError(f"the next-sentence head is not mapped for {family.name}")
+            m.update({**linear(family.nsp[0], "pooler.dense"), **linear(family.nsp[1], "nsp")})
     return m
 
 
-def _load_state(model: nn.Module, state: dict, folder: Path, names: dict[str, str] | None) -> None:
+def _prefixed(hf: str | Slice, prefix: str) -> str | Slice:
+    return hf._replace(name=prefix + hf.name) if isinstance(hf, Slice) else prefix + hf
+
+
+def _toggle_prefix(hf: str | Slice, prefix: str) -> str | Slice:
+    name = hf.name if isinstance(hf, Slice) else hf
+    name = name[len(prefix):] if name.startswith(prefix) else prefix + name
+    return hf._replace(name=name) if isinstance(hf, Slice) else name
+
+
+def _lookup(state: dict, hf: str | Slice) -> torch.Tensor | None:
+    """The tensor `hf` names in `state` (a row block of it for a Slice), or None."""
+    if not isinstance(hf, Slice):
+        return state.get(hf)
+    fused = state.get(hf.name)
+    if fused is None or fused.shape[0] % hf.count:
+        return None
+    return fused.chunk(hf.count, 0)[hf.index]
+
+
+def _load_state(model: nn.Module, state: dict, folder: Path, names: dict[str, str | Slice] | None,
+                prefix: str = "") -> None:
     """Fill every tensor of `model` from `state`; any gap or shape mismatch is one error line."""
     wanted = model.state_dict()
     if names is None:
@@ -251,19 +192,20 @@ def _load_state(model: nn.Module, state: dict, folder: Path, names: dict[str, st
         source = {k: next((a for a in aliases[v.data_ptr()] if a in state), k) for k, v in wanted.items()}
     else:
         source = names
-    if names is not None and not any(hf in state for hf in source.values()):
+    if names is not None and not any(_lookup(state, hf) is not None for hf in source.values()):
         # A bare-encoder checkpoint saved with its task prefix ("bert.embeddings..."), or the reverse.
-        prefix = f"{model.config.family}."
-        source = {our: hf[len(prefix):] if hf.startswith(prefix) else prefix + hf for our, hf in source.items()}
+        source = {our: _toggle_prefix(hf, prefix) for our, hf in source.items()}
     missing, mismatched, loaded = [], [], {}
     for our, tensor in wanted.items():
         hf = source.get(our, our)
-        if hf not in state:
-            missing.append(hf)
-        elif tuple(state[hf].shape) != tuple(tensor.shape):
-            mismatched.append(f"{hf} {tuple(state[hf].shape)} vs expected {tuple(tensor.shape)}")
+        found = _lookup(state, hf)
+        label = f"{hf.name}[{hf.index}/{hf.count}]" if isinstance(hf, Slice) else hf
+        if found is None:
+            missing.append(label)
+        elif tuple(found.shape) != tuple(tensor.shape):
+            mismatched.append(f"{label} {tuple(found.shape)} vs expected {tuple(tensor.shape)}")
         else:
-            loaded[our] = state[hf]
+            loaded[our] = found
     where = folder / "model.safetensors"
     if mismatched:
         raise EdgebertError(f"{where}: {len(mismatched)} tensor(s) have the wrong shape, e.g. {mismatched[0]}: "
@@ -292,26 +234,19 @@ def save(model: nn.Module, path: str | Path, *, tokenizer_from: str | Path | Non
 def save_hf(model: nn.Module, path: str | Path, *, tokenizer_from: str | Path | None = None) -> Path:
     """Write a folder that transformers' Auto classes load, or explain why the shape can't be expressed."""
     c = model.config
-    family = c.family
+    family = families.get(c.family)
     if c.layer_heads or c.layer_ffn:
         raise EdgebertError("per-layer head counts or FFN widths (a pruned model) are not expressible in "
                             "transformers' configs: save with edgebert's own format or export to ONNX")
-    if c.pre_ln:
-        raise EdgebertError("pre-LN encoders are not expressible in transformers' BERT configs")
-    shared = c.attention_groups is not None or c.ffn_groups is not None
-    if family != "albert" and (shared or (c.embedding_size and family != "electra")):
-        raise EdgebertError(f"cross-layer sharing or factorized embeddings need the albert family, not {family}: "
-                            "use edgebert's own format")
-    if family == "albert":
-        groups = [c.group("attention_groups", i) for i in range(c.num_layers)]
-        n = max(groups) + 1
-        if groups != [c.group("ffn_groups", i) for i in range(c.num_layers)] or \
-                groups != [int(i / (c.num_layers / n)) for i in range(c.num_layers)]:
-            raise EdgebertError("transformers' ALBERT shares whole layers in contiguous equal groups; "
-                                "this sharing pattern needs edgebert's own format")
+    hf_config = _config_to_hf(model, family)
     ours = model.state_dict()
-    state = {hf: ours[our].contiguous() for our, hf in _name_map(model, family).items()}
-    hf_config = _config_to_hf(model)
+    state, fused = {}, {}
+    for our, hf in _name_map(model, family).items():
+        if isinstance(hf, Slice):
+            fused.setdefault(hf.name, {})[hf.index] = ours[our]
+        else:
+            state[hf] = ours[our].contiguous()
+    state.update({name: torch.cat([parts[i] for i in sorted(parts)]).contiguous() for name, parts in fused.items()})
 
     def write(tmp: Path) -> None:
         from safetensors.torch import save_file
@@ -322,30 +257,12 @@ def save_hf(model: nn.Module, path: str | Path, *, tokenizer_from: str | Path | 
     return _write_folder(Path(path), write, tokenizer_from)
 
 
-def _config_to_hf(model: nn.Module) -> dict:
-    c: EncoderConfig = model.config
-    family = c.family
-    act = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}[c.activation]
-    stem = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "distilbert": "DistilBert",
-            "electra": "Electra"}[family]
+def _config_to_hf(model: nn.Module, family: Family) -> dict:
     head = model.head if isinstance(model, TaskModel) else None
     suffix = {"sequence-classification": "ForSequenceClassification", "token-classification":
               "ForTokenClassification", "masked-lm": "ForMaskedLM"}.get(head.kind if head else "", "Model")
-    out = {"model_type": family, "architectures": [stem + suffix], "vocab_size": c.vocab_size,
-           "max_position_embeddings": c.max_positions, "pad_token_id": c.pad_token_id}
-    if family == "distilbert":
-        out.update(dim=c.hidden_size, n_layers=c.num_layers, n_heads=c.num_heads, hidden_dim=c.intermediate_size,
-                   activation=act, dropout=c.dropout, attention_dropout=c.attention_dropout)
-    else:
-        out.update(hidden_size=c.hidden_size, num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
-                   intermediate_size=c.intermediate_size, hidden_act=act, type_vocab_size=c.type_vocab_size,
-                   layer_norm_eps=c.layer_norm_eps, hidden_dropout_prob=c.dropout,
-                   attention_probs_dropout_prob=c.attention_dropout)
-    if family in ("albert", "electra"):
-        out["embedding_size"] = c.embedding_dim
-    if family == "albert":
-        out.update(num_hidden_groups=max(c.group("attention_groups", i) for i in range(c.num_layers)) + 1,
-                   inner_group_num=1)
+    out = {"model_type": family.model_types[0], "architectures": [family.stem + suffix],
+           **family.to_hf(model.config)}
     if head and head.kind in ("sequence-classification", "token-classification"):
         labels = head.labels or [f"LABEL_{i}" for i in range(head.num_labels)]
         out.update(num_labels=head.num_labels, id2label={str(i): l for i, l in enumerate(labels)},

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 from .errors import EdgebertError
@@ -32,16 +33,15 @@ RECIPES = Path(__file__).parent / "recipes"
 
 
 def _compile(args: argparse.Namespace) -> None:
-    from . import recipe as recipes
-    from .compile import compile, summary
+    from .pipeline import recipe as recipes
+    from .pipeline.compile import compile, summary
 
     if args.recipe and args.quick:
         raise EdgebertError("--quick picks the packaged quick recipe: pass either a RECIPE or --quick")
     source = Path(args.recipe) if args.recipe else RECIPES / ("sst2-minilm-quick.toml" if args.quick else "sst2-minilm.toml")
     recipe = recipes.load(source)
-    for name in ("task", "model", "teacher"):
-        if getattr(args, name):
-            setattr(recipe, name, getattr(args, name))
+    overrides = {name: getattr(args, name) for name in ("task", "model", "teacher") if getattr(args, name)}
+    recipe = replace(recipe, **overrides)
     if args.stages:
         recipe = recipes.with_stages(recipe, args.stages.split(","))
     bundle = compile(recipe, args.out, data_dir=args.data, resume=args.resume, force=args.force,

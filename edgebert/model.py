@@ -1,12 +1,19 @@
 """The BERT-family encoder in one file.
 
-One readable implementation covers BERT, RoBERTa, ALBERT, DistilBERT, ELECTRA and MiniLM, plus
-everything the compression passes produce: per-layer head counts and FFN widths (pruning),
-cross-layer sharing (ALBERT), a factorized embedding E < H, pre- or post-LN.
+One readable implementation covers BERT, RoBERTa, ALBERT, DistilBERT, ELECTRA, MiniLM and
+ModernBERT, plus everything the compression passes produce: per-layer head counts and FFN widths
+(pruning), cross-layer sharing (ALBERT), a factorized embedding E < H, pre- or post-LN.
+
+Three seams, each a module chosen by the config: the position (a learned table in `Embeddings`, or
+`Rotary` inside the attention), the attention span (global, or a `SlidingWindow` on some layers)
+and the FFN (`Intermediate`, plain or gated). A BERT-layout config builds none of the optional
+parts, so its graph is exactly the one ONNX Runtime's BERT fusions expect.
 
 Submodule names follow Hugging Face's BERT (`embeddings.word_embeddings`,
 `encoder.layer.0.attention.self.query`, ...), so BERT, MiniLM and ELECTRA checkpoints load by
-stripping a prefix; `edgebert.checkpoint` maps the other families.
+stripping a prefix; each file of `edgebert.families` maps its family's names. Passes never spell
+these paths: they address layers by role through the view at the bottom (`blocks`, `embeddings`)
+and reach the encoder of any task model through `encoder_of`.
 
 `forward` has no data-dependent Python control flow: the same code traces to ONNX and converts to
 TFLite at fixed or variable sequence length.
@@ -16,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +42,7 @@ ACTIVATIONS = {
 class EncoderConfig:
     """Shape of an encoder. Defaults are MiniLM-L6-H384 (all-MiniLM-L6-v2)."""
 
-    family: str = "bert"  # bert | roberta | albert | distilbert | electra; MiniLM is "bert"
+    family: str = "bert"  # a registered edgebert.families name; MiniLM is "bert"
     vocab_size: int = 30522
     hidden_size: int = 384
     num_layers: int = 6
@@ -52,8 +58,16 @@ class EncoderConfig:
     pre_ln: bool = False  # BERT is post-LN; pre-LN adds a final LayerNorm
     activation: str = "gelu"  # exact GELU; "gelu_tanh" for ALBERT's gelu_new
     type_vocab_size: int = 2  # 0 = no segment embeddings (DistilBERT), 1 for RoBERTa
-    max_positions: int = 512  # rows of the learned position table
+    max_positions: int = 512  # rows of the learned position table; the longest input when rotary
     position_offset: int = 0  # RoBERTa's positions start at padding_idx + 1 = 2
+    position: str = "absolute"  # absolute (a learned table) | rotary (q and k rotated per position)
+    rope_theta: float = 10000.0  # rotary base of global-attention layers
+    local_rope_theta: float | None = None  # rotary base of sliding-window layers; None = rope_theta
+    attention_window: int | None = None  # keys within ±window//2 only, except on every global_every-th layer
+    global_every: int = 1  # layer i attends globally when i % global_every == 0
+    gated_ffn: bool = False  # FFN act(W x) ⊙ (G x) (GeGLU with GELU; ModernBERT) instead of act(W x)
+    bias: bool = True  # biases of the encoder's Linear and LayerNorm layers (ModernBERT has none)
+    first_attention_norm: bool = True  # pre-LN: False leaves layer 0 to the embedding LayerNorm (ModernBERT)
     pad_token_id: int = 0
     layer_norm_eps: float = 1e-12
     dropout: float = 0.1
@@ -69,6 +83,12 @@ class EncoderConfig:
             self.head_size = self.hidden_size // self.num_heads
         if self.activation not in ACTIVATIONS:
             raise EdgebertError(f"unknown activation {self.activation!r}: use one of {sorted(ACTIVATIONS)}")
+        if self.position not in ("absolute", "rotary"):
+            raise EdgebertError(f"unknown position {self.position!r}: use 'absolute' or 'rotary'")
+        if self.position == "rotary" and self.head_size % 2:
+            raise EdgebertError(f"rotary positions rotate pairs of dimensions: head_size {self.head_size} must be even")
+        if self.global_every < 1:
+            raise EdgebertError(f"global_every must be ≥ 1, got {self.global_every}")
         for name in ("layer_heads", "layer_ffn", "attention_groups", "ffn_groups"):
             value = getattr(self, name)
             if value is not None and len(value) != self.num_layers:
@@ -95,6 +115,10 @@ class EncoderConfig:
     def ffn(self, i: int) -> int:
         return self.layer_ffn[i] if self.layer_ffn else self.intermediate_size
 
+    def window(self, i: int) -> int | None:
+        """Layer i's sliding attention window, or None when it attends globally."""
+        return None if self.attention_window is None or i % self.global_every == 0 else self.attention_window
+
     def group(self, kind: str, i: int) -> int:
         groups = getattr(self, kind)
         return groups[i] if groups else i
@@ -112,23 +136,27 @@ class EncoderConfig:
 
 
 class Embeddings(nn.Module):
-    """token + segment + learned position embeddings, LayerNorm, and the E→H projection if factorized."""
+    """token + segment + learned position embeddings (absolute positions only), LayerNorm, and the
+    E→H projection if factorized."""
 
     def __init__(self, c: EncoderConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(c.vocab_size, c.embedding_dim, padding_idx=c.pad_token_id)
-        self.position_embeddings = nn.Embedding(c.max_positions, c.embedding_dim)
+        absolute = c.position == "absolute"
+        self.position_embeddings = nn.Embedding(c.max_positions, c.embedding_dim) if absolute else None
         self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.embedding_dim) if c.type_vocab_size else None
-        self.LayerNorm = nn.LayerNorm(c.embedding_dim, eps=c.layer_norm_eps) if c.embedding_layernorm else None
+        self.LayerNorm = _norm(c, c.embedding_dim) if c.embedding_layernorm else None
         self.dropout = nn.Dropout(c.dropout)
         self.projection = nn.Linear(c.embedding_dim, c.hidden_size) if c.embedding_dim != c.hidden_size else None
-        self.register_buffer("position_ids", torch.arange(c.max_positions).unsqueeze(0), persistent=False)
+        if absolute:
+            self.register_buffer("position_ids", torch.arange(c.max_positions).unsqueeze(0), persistent=False)
         self.offset = c.position_offset
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         seq_len = input_ids.shape[1]
         x = self.word_embeddings(input_ids)
-        x = x + self.position_embeddings(self.position_ids[:, self.offset : self.offset + seq_len])
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings(self.position_ids[:, self.offset : self.offset + seq_len])
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
@@ -139,24 +167,64 @@ class Embeddings(nn.Module):
         return self.projection(x) if self.projection is not None else x
 
 
+class Rotary(nn.Module):
+    """Rotary positions: each pair (i, i + d/2) of a head's q and k turned by position · θ^(−2i/d)."""
+
+    def __init__(self, head_size: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_size, 2, dtype=torch.float32) / head_size)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, heads, T, d] rotated by its positions 0..T-1."""
+        positions = torch.arange(x.shape[2], dtype=torch.float32, device=x.device)
+        angles = torch.outer(positions, self.inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * angles.cos().to(x.dtype) + rotated * angles.sin().to(x.dtype)
+
+
+class SlidingWindow(nn.Module):
+    """Local attention: keys farther than window // 2 positions from the query are masked out."""
+
+    def __init__(self, window: int):
+        super().__init__()
+        self.reach = window // 2
+
+    def forward(self, mask: torch.Tensor) -> torch.Tensor:
+        """The key mask [B, 1, 1, T] → [B, 1, T, T] with the far keys of each query masked too."""
+        positions = torch.arange(mask.shape[-1], device=mask.device)
+        far = (positions[None, :] - positions[:, None]).abs() > self.reach
+        return mask.masked_fill(far, torch.finfo(mask.dtype).min)
+
+
 class SelfAttention(nn.Module):
     """Bidirectional multi-head attention, written like HF's eager BertSelfAttention so that
-    ONNX Runtime's BERT fusions recognise the exported graph."""
+    ONNX Runtime's BERT fusions recognise the exported graph. Layer `index` picks its seams."""
 
-    def __init__(self, c: EncoderConfig, heads: int):
+    def __init__(self, c: EncoderConfig, heads: int, index: int):
         super().__init__()
         self.heads, self.head_size = heads, c.head_size
         inner = heads * c.head_size
-        self.query = nn.Linear(c.hidden_size, inner)
-        self.key = nn.Linear(c.hidden_size, inner)
-        self.value = nn.Linear(c.hidden_size, inner)
+        self.query = nn.Linear(c.hidden_size, inner, bias=c.bias)
+        self.key = nn.Linear(c.hidden_size, inner, bias=c.bias)
+        self.value = nn.Linear(c.hidden_size, inner, bias=c.bias)
         self.dropout = nn.Dropout(c.attention_dropout)
+        window = c.window(index)
+        self.window = SlidingWindow(window) if window is not None else None
+        theta = c.local_rope_theta if window is not None and c.local_rope_theta is not None else c.rope_theta
+        self.rotary = Rotary(c.head_size, theta) if c.position == "rotary" else None
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], x.shape[1], self.heads, self.head_size).permute(0, 2, 1, 3)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        if self.window is not None:
+            mask = self.window(mask)
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_size)
         probs = self.dropout(torch.softmax(scores + mask, dim=-1))
         context = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
@@ -164,30 +232,35 @@ class SelfAttention(nn.Module):
 
 
 class Projection(nn.Module):
-    """dense + dropout + residual LayerNorm: BERT's `attention.output` and `output` blocks."""
+    """dense + dropout + residual LayerNorm: BERT's `attention.output` and `output` blocks. Pre-LN,
+    the LayerNorm normalises the block's input instead (None: the input comes normalised)."""
 
-    def __init__(self, c: EncoderConfig, width: int):
+    def __init__(self, c: EncoderConfig, width: int, norm: bool = True):
         super().__init__()
-        self.dense = nn.Linear(width, c.hidden_size)
-        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dense = nn.Linear(width, c.hidden_size, bias=c.bias)
+        self.LayerNorm = _norm(c, c.hidden_size) if norm else None
         self.dropout = nn.Dropout(c.dropout)
 
 
 class Attention(nn.Module):
-    def __init__(self, c: EncoderConfig, heads: int):
+    def __init__(self, c: EncoderConfig, heads: int, index: int):
         super().__init__()
-        self.self = SelfAttention(c, heads)
-        self.output = Projection(c, heads * c.head_size)
+        self.self = SelfAttention(c, heads, index)
+        self.output = Projection(c, heads * c.head_size, norm=index > 0 or c.first_attention_norm)
 
 
 class Intermediate(nn.Module):
+    """The FFN's first half: act(W x), or act(W x) ⊙ (G x) when gated (GeGLU with GELU)."""
+
     def __init__(self, c: EncoderConfig, width: int):
         super().__init__()
-        self.dense = nn.Linear(c.hidden_size, width)
+        self.dense = nn.Linear(c.hidden_size, width, bias=c.bias)
+        self.gate = nn.Linear(c.hidden_size, width, bias=c.bias) if c.gated_ffn else None
         self.act = ACTIVATIONS[c.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.dense(x))
+        h = self.act(self.dense(x))
+        return h * self.gate(x) if self.gate is not None else h
 
 
 class Layer(nn.Module):
@@ -201,7 +274,8 @@ class Layer(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         attn, out = self.attention.output, self.output
         if self.pre_ln:
-            x = x + attn.dropout(attn.dense(self.attention.self(attn.LayerNorm(x), mask)))
+            h = attn.LayerNorm(x) if attn.LayerNorm is not None else x
+            x = x + attn.dropout(attn.dense(self.attention.self(h, mask)))
             return x + out.dropout(out.dense(self.intermediate(out.LayerNorm(x))))
         x = attn.LayerNorm(attn.dropout(attn.dense(self.attention.self(x, mask))) + x)
         return out.LayerNorm(out.dropout(out.dense(self.intermediate(x))) + x)
@@ -218,13 +292,13 @@ class Stack(nn.Module):
         for i in range(c.num_layers):
             a = attentions.get(c.group("attention_groups", i))
             if a is None:
-                a = attentions[c.group("attention_groups", i)] = Attention(c, c.heads(i))
+                a = attentions[c.group("attention_groups", i)] = Attention(c, c.heads(i), i)
             f = ffns.get(c.group("ffn_groups", i))
             if f is None:
                 f = ffns[c.group("ffn_groups", i)] = (Intermediate(c, c.ffn(i)), Projection(c, c.ffn(i)))
             layers.append(Layer(a, f[0], f[1], c.pre_ln))
         self.layer = nn.ModuleList(layers)
-        self.final_layernorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps) if c.pre_ln else None
+        self.final_layernorm = _norm(c, c.hidden_size) if c.pre_ln else None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         for layer in self.layer:
@@ -257,22 +331,16 @@ class Encoder(nn.Module):
             attention_mask = torch.ones_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)
         dtype = x.dtype
-        # Additive mask over keys only: bidirectional, no causal part.
-        mask = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-        return self.encoder(x, mask)
+        return self.encoder(x, attention_bias(attention_mask, dtype))
 
-    @classmethod
-    def from_pretrained(cls, path: str | Path) -> "Encoder":
-        """An edgebert folder, a Hugging Face folder, or a hub id (online only); any head is dropped."""
-        from .checkpoint import load
 
-        model = load(path)
-        return model if isinstance(model, Encoder) else model.encoder
+def attention_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask [B, 1, 1, T] over keys only: bidirectional, no causal part."""
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
-    def save_pretrained(self, path: str | Path) -> None:
-        from .checkpoint import save
 
-        save(self, path)
+def _norm(c: EncoderConfig, width: int) -> nn.LayerNorm:
+    return nn.LayerNorm(width, eps=c.layer_norm_eps, bias=c.bias)
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -283,7 +351,8 @@ def _init_weights(module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,20 +383,6 @@ class TaskModel(nn.Module):
         super().__init__()
         self.config, self.head = config, head
         self.encoder = Encoder(config)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path) -> "TaskModel":
-        from .checkpoint import load
-
-        model = load(path)
-        if not isinstance(model, cls):
-            raise EdgebertError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
-        return model
-
-    def save_pretrained(self, path: str | Path) -> None:
-        from .checkpoint import save
-
-        save(self, path)
 
 
 class Pooler(nn.Module):
@@ -436,7 +491,7 @@ def build(config: EncoderConfig, head: HeadConfig | None = None) -> nn.Module:
 
 def with_head(model: nn.Module, head: HeadConfig) -> TaskModel:
     """A task model with `head` on `model`'s encoder: the pretrained weights kept, the head fresh."""
-    encoder = model if isinstance(model, Encoder) else model.encoder
+    encoder = encoder_of(model)
     task_model = build(encoder.config, head)
     task_model.encoder.load_state_dict(encoder.state_dict())
     return task_model
@@ -444,8 +499,7 @@ def with_head(model: nn.Module, head: HeadConfig) -> TaskModel:
 
 def describe(model: nn.Module) -> dict:
     """The JSON that `save` writes under the "edgebert" key of config.json."""
-    encoder = model if isinstance(model, Encoder) else model.encoder
-    d = {"encoder": encoder.config.to_dict()}
+    d = {"encoder": encoder_of(model).config.to_dict()}
     if isinstance(model, TaskModel):
         d["head"] = asdict(model.head)
     return d
@@ -454,3 +508,106 @@ def describe(model: nn.Module) -> dict:
 def from_description(d: dict) -> nn.Module:
     head = HeadConfig.from_dict(d["head"]) if "head" in d else None
     return build(EncoderConfig.from_dict(d["encoder"]), head)
+
+
+# ---------------------------------------------------------------------------------------------
+# The layer view. Passes address an encoder's parts by role through it, never by module path, so
+# a new layer layout changes only this file.
+
+
+def encoder_of(model: nn.Module) -> Encoder:
+    """The Encoder of an edgebert model: the model itself when bare, else the task model's."""
+    if isinstance(model, Encoder):
+        return model
+    if isinstance(model, TaskModel):
+        return model.encoder
+    raise EdgebertError(f"{type(model).__name__} is not an edgebert model: load it with edgebert.load "
+                        "or make one with edgebert.build")
+
+
+def config_of(model: nn.Module) -> EncoderConfig | None:
+    """The EncoderConfig of an edgebert model; None for any other module (the exporters take both)."""
+    return encoder_of(model).config if isinstance(model, (Encoder, TaskModel)) else None
+
+
+class _Part:
+    """One role of a view, bound to a module path: reading gives the module, assigning replaces it."""
+
+    def __init__(self, path: str):
+        *self.parents, self.name = path.split(".")
+
+    def _parent(self, view) -> nn.Module:
+        module = view.module
+        for name in self.parents:
+            module = getattr(module, name)
+        return module
+
+    def __get__(self, view, owner=None):
+        return self if view is None else getattr(self._parent(view), self.name)
+
+    def __set__(self, view, module: nn.Module | None) -> None:
+        setattr(self._parent(view), self.name, module)
+
+
+class Block:
+    """Layer `index` of an encoder (`module`), by role. Assigning a role replaces that module."""
+
+    query = _Part("attention.self.query")
+    key = _Part("attention.self.key")
+    value = _Part("attention.self.value")
+    attention_out = _Part("attention.output.dense")
+    attention_norm = _Part("attention.output.LayerNorm")  # None where pre-LN layer 0 has none
+    ffn_in = _Part("intermediate.dense")
+    ffn_gate = _Part("intermediate.gate")  # None unless the FFN is gated
+    ffn_out = _Part("output.dense")
+    ffn_norm = _Part("output.LayerNorm")
+    # What layers that share "attention" or "ffn" hold in common (the modules `units` hands over).
+    _UNITS = {"attention": ("attention",), "ffn": ("intermediate", "output")}
+
+    def __init__(self, index: int, module: Layer):
+        self.index, self.module = index, module
+
+    @property
+    def heads(self) -> int:
+        return self.module.attention.self.heads
+
+    @heads.setter
+    def heads(self, n: int) -> None:
+        self.module.attention.self.heads = n
+
+    def units(self, kind: str) -> dict[str, nn.Module]:
+        """The modules this layer shares with others when sharing `kind` ("attention" | "ffn")."""
+        return {name: getattr(self.module, name) for name in self._UNITS[kind]}
+
+    def set_units(self, units: dict[str, nn.Module]) -> None:
+        """Make this layer use `units` (from `units()` of this or another layer)."""
+        for name, module in units.items():
+            setattr(self.module, name, module)
+
+
+class EmbeddingParts:
+    """The embeddings (`module`) by role; all but `word` may be None (`position` with rotary positions)."""
+
+    word = _Part("word_embeddings")
+    position = _Part("position_embeddings")
+    token_type = _Part("token_type_embeddings")
+    norm = _Part("LayerNorm")
+    projection = _Part("projection")
+
+    def __init__(self, module: Embeddings):
+        self.module = module
+
+
+def blocks(model: nn.Module) -> list[Block]:
+    """The layers of `model`'s encoder in order; layers that share modules return the same ones."""
+    return [Block(i, layer) for i, layer in enumerate(encoder_of(model).encoder.layer)]
+
+
+def embeddings(model: nn.Module) -> EmbeddingParts:
+    return EmbeddingParts(encoder_of(model).embeddings)
+
+
+def keep_layers(model: nn.Module, kept: list[int]) -> None:
+    """Keep only layers `kept` (0-based, in that order) of `model`'s encoder; the config is the caller's."""
+    stack = encoder_of(model).encoder
+    stack.layer = nn.ModuleList([stack.layer[i] for i in kept])

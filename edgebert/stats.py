@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from .model import Encoder, EncoderConfig, TaskModel
+from .model import EncoderConfig, TaskModel, encoder_of
 
 
 def _unique_params(module: nn.Module) -> list:
@@ -18,7 +18,7 @@ def _unique_params(module: nn.Module) -> list:
 
 def params(model: nn.Module) -> dict[str, int]:
     """Parameter counts split into embeddings, encoder layers and heads (shared tensors once)."""
-    encoder = model if isinstance(model, Encoder) else model.encoder
+    encoder = encoder_of(model)
     total = sum(p.numel() for p in _unique_params(model))
     embeddings = sum(p.numel() for p in _unique_params(encoder.embeddings))
     layers = sum(p.numel() for p in _unique_params(encoder.encoder))
@@ -39,7 +39,7 @@ def flops(config: EncoderConfig, seq_len: int, num_labels: int = 0) -> int:
         macs += 3 * t * h * inner  # query, key, value
         macs += 2 * t * t * inner  # scores and context
         macs += t * inner * h  # attention output
-        macs += 2 * t * h * config.ffn(i)  # FFN in and out
+        macs += (3 if config.gated_ffn else 2) * t * h * config.ffn(i)  # FFN in (and gate) and out
     if num_labels:
         macs += h * h + h * num_labels  # pooler + classifier on [CLS]
     return 2 * macs

@@ -12,12 +12,11 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast
 
+from . import families
 from .errors import EdgebertError
 
 # transformers stores int(1e30) as model_max_length when a checkpoint does not say.
 _UNKNOWN_LIMIT = 10**9
-# Families whose learned position table starts at padding_idx + 1, so two rows are never used.
-_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert"}
 _SPECIAL = ("cls", "sep", "pad", "unk", "mask", "bos", "eos")
 
 
@@ -25,7 +24,8 @@ def load_tokenizer(path_or_hub_id: str | Path, **kwargs) -> PreTrainedTokenizerF
     """Load the fast tokenizer of a checkpoint folder or hub id.
 
     `model_max_length` is capped by the model's position table (config.json) when one is found, so
-    `check_max_length` refuses lengths the model cannot embed. Extra kwargs go to
+    `check_max_length` refuses lengths the model cannot embed; a tokenizer of another kind than the
+    model's family ships (WordPiece next to a RoBERTa, say) is warned about. Extra kwargs go to
     `AutoTokenizer.from_pretrained` (e.g. `add_prefix_space=True` for RoBERTa on pre-split words).
     """
     source = str(path_or_hub_id)
@@ -41,7 +41,7 @@ def load_tokenizer(path_or_hub_id: str | Path, **kwargs) -> PreTrainedTokenizerF
             f"{source} has only a slow (Python) tokenizer; save it once with a fast tokenizer "
             "(tokenizer.json) so ids match the `tokenizers` runtime"
         )
-    positions = _config_positions(source)
+    positions = _config_positions(source, type(tokenizer.backend_tokenizer.model).__name__)
     if positions is not None and (
         tokenizer.model_max_length >= _UNKNOWN_LIMIT or positions < tokenizer.model_max_length
     ):
@@ -49,18 +49,21 @@ def load_tokenizer(path_or_hub_id: str | Path, **kwargs) -> PreTrainedTokenizerF
     return tokenizer
 
 
-def _config_positions(source: str) -> int | None:
-    """Usable positions of the model next to the tokenizer, or None without a config."""
+def _config_positions(source: str, kind: str) -> int | None:
+    """Usable positions of the model next to the tokenizer (of `kind`), or None without a config."""
     try:
         config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError):
         return None
-    positions = getattr(config, "max_position_embeddings", None)
-    if positions is None:
-        return None
-    if config.model_type in _OFFSET_POSITIONS:
-        positions -= (config.pad_token_id or 0) + 1
-    return int(positions)
+    family = families.lookup(config.model_type)
+    if family is None:
+        positions = getattr(config, "max_position_embeddings", None)
+        return None if positions is None else int(positions)
+    if kind not in family.tokenizers:
+        warnings.warn(f"{source}: the tokenizer is {kind} but config.json is a {config.model_type} model, whose "
+                      f"tokenizers are {'/'.join(family.tokenizers)}: use the checkpoint's own tokenizer, or the "
+                      "ids will not be the ones the model was trained on", stacklevel=3)
+    return family.from_hf(config.to_dict()).max_length
 
 
 def max_positions(tokenizer: PreTrainedTokenizerFast) -> int | None:

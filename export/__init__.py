@@ -1,9 +1,11 @@
-"""Export a trained PyTorch encoder to ONNX or TFLite, verified against PyTorch in the file's runtime.
+"""Export a trained PyTorch encoder to a model file, verified against PyTorch in the file's runtime.
 
-    from edgebert.export import export, OnnxExport, TFLiteExport, Budget
-    export(model, OnnxExport(), out="model.onnx", eval_data=dev, budget=Budget(max_abs_diff=1e-4))
+    from edgebert.export import export, OnnxExportConfig, Budget
+    artifact = export(model, OnnxExportConfig(), out="model.onnx", eval_data=dev, budget=Budget(max_abs_diff=1e-4))
+    artifact.run(arrays)  # logits from onnxruntime
 
-One verb; each format is a config dataclass, and `_EXPORTERS` maps configs to implementations.
+One verb; each format registers itself in `edgebert.export.formats` (`export/onnx.py`,
+`export/tflite.py`) with its config dataclass, and `export` dispatches on the config.
 """
 
 from __future__ import annotations
@@ -11,48 +13,67 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from torch import nn
 
+from edgebert.device_tests.files import sidecar, write_json
 from edgebert.errors import EdgebertError
 
-from ._files import sidecar, write_json
+from . import formats
 from .data import InputSpec, load_arrays, torch_logits
-from .onnx import OnnxExport, export_onnx
-from .runtime import logits, pick_signature
-from .tflite import TFLiteExport, export_tflite
-from .verify import Budget, verify
+from .formats import Format
+from .onnx import OnnxExportConfig
+from .tflite import TFLiteExportConfig
+from .verify import Budget, check, compare
 
-__all__ = ["export", "Exported", "OnnxExport", "TFLiteExport", "InputSpec", "Budget", "verify", "logits",
-           "pick_signature", "load_arrays"]
-
-_EXPORTERS = {OnnxExport: (export_onnx, ".onnx"), TFLiteExport: (export_tflite, ".tflite")}
+__all__ = ["export", "Artifact", "Format", "formats", "OnnxExportConfig", "TFLiteExportConfig", "InputSpec",
+           "Budget", "compare", "load_arrays", "torch_logits"]
 
 
 @dataclass
-class Exported:
-    """What an export or quantization produced: the file, what was done to it, and how it verified."""
+class Artifact:
+    """A model file, what was done to it (`meta`) and how it verified (`verification`); it runs and
+    checks itself in the file's own runtime."""
 
     path: Path
     meta: dict = field(default_factory=dict)
-    verify: dict | None = None
+    verification: dict | None = None
+
+    def __post_init__(self):
+        self.path = Path(self.path)
+
+    @property
+    def format(self) -> Format:
+        return formats.of_file(self.path)
+
+    def run(self, arrays, *, threads: int = 1) -> np.ndarray:
+        """Outputs [N, ...] on tokenized arrays (a dict or an .npz with `lengths`), in the file's runtime."""
+        return self.format.run(self.path, load_arrays(arrays, what="arrays"), threads)
+
+    def verify(self, arrays, reference: np.ndarray, *, budget: Budget | None = None, against: str = "pytorch") -> dict:
+        """Compare with `reference` logits on `arrays`, write `<path>.verify.json`, enforce `budget`."""
+        self.verification = check(self.path, load_arrays(arrays), reference, budget=budget, against=against)
+        return self.verification
 
 
-def export(model: nn.Module, config: OnnxExport | TFLiteExport, *, out: str | Path, inputs: InputSpec | None = None,
-           eval_data=None, budget: Budget | None = None) -> Exported:
+def export(model: nn.Module, config, *, out: str | Path, eval_data=None, budget: Budget | None = None,
+           inputs: InputSpec | None = None) -> Artifact:
     """Export `model` to `out`, write `<out>.meta.json`; with `eval_data`, verify and write `<out>.verify.json`."""
     if not isinstance(model, nn.Module):
         raise EdgebertError(f"export takes a torch nn.Module, got {type(model).__name__}")
-    if type(config) not in _EXPORTERS:
-        raise EdgebertError(f"export config {type(config).__name__}: use one of {[c.__name__ for c in _EXPORTERS]}")
-    impl, suffix = _EXPORTERS[type(config)]
+    fmt = formats.of_config(config)
+    if fmt is None:
+        raise EdgebertError(f"export config {type(config).__name__}: use one of "
+                            f"{[f.config.__name__ for f in formats.all_formats()]}")
     out = Path(out)
-    if out.suffix != suffix:
-        raise EdgebertError(f"{type(config).__name__} writes {suffix} files, got out={out}: name the output *{suffix}")
+    if out.suffix != fmt.suffix:
+        raise EdgebertError(f"{type(config).__name__} writes {fmt.suffix} files, got out={out}: "
+                            f"name the output *{fmt.suffix}")
     spec = inputs or InputSpec.of(model)
     arrays = load_arrays(eval_data, spec=spec) if eval_data is not None else None
-    meta = impl(model, config, spec, out)
+    meta = fmt.exporter(model, config, spec, out)
     write_json(sidecar(out, "meta"), meta)
-    result = None
+    artifact = Artifact(out, meta)
     if arrays is not None:
-        result = verify(out, arrays, torch_logits(model, arrays, spec), budget=budget)
-    return Exported(out, meta, result)
+        artifact.verify(arrays, torch_logits(model, arrays, spec), budget=budget)
+    return artifact

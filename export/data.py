@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
-
 import numpy as np
 import torch
 from torch import nn
 
+from edgebert.device_tests.backends import batches, place
 from edgebert.errors import EdgebertError
+from edgebert import families
+from edgebert.model import config_of
 
 ALL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -33,11 +34,13 @@ class InputSpec:
 
     @classmethod
     def of(cls, model: nn.Module) -> "InputSpec":
-        """The spec an edgebert model implies; all three inputs for any other module."""
-        config = getattr(getattr(model, "encoder", model), "config", None)
-        if getattr(config, "type_vocab_size", 1) == 0:
-            return cls(names=("input_ids", "attention_mask"))
-        return cls()
+        """The inputs of an edgebert model's family (less segment ids when it has no segment table);
+        all three for any other module."""
+        config = config_of(model)
+        if config is None:
+            return cls()
+        names = families.get(config.family).inputs
+        return cls(names=tuple(n for n in names if n != "token_type_ids" or config.type_vocab_size))
 
 
 def load_arrays(data, *, what: str = "eval set", spec: InputSpec | None = None) -> dict[str, np.ndarray]:
@@ -66,34 +69,6 @@ def load_arrays(data, *, what: str = "eval set", spec: InputSpec | None = None) 
     if "token_type_ids" not in arrays:  # single-segment inputs: all zeros
         arrays["token_type_ids"] = np.zeros_like(arrays["input_ids"])
     return arrays
-
-
-def take(arrays: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """The first `n` examples."""
-    return {k: v[:n] for k, v in arrays.items()}
-
-
-def batches(arrays: dict, names: tuple[str, ...], batch_size: int, dtype=np.int64) -> Iterator[tuple[slice, dict]]:
-    """Feeds in file order, each batch cut to its longest example (right padding makes that exact)."""
-    n = len(arrays["lengths"])
-    for start in range(0, n, batch_size):
-        rows = slice(start, min(start + batch_size, n))
-        t = int(arrays["lengths"][rows].max())
-        yield rows, {k: np.ascontiguousarray(arrays[k][rows, :t], dtype=dtype) for k in names}
-
-
-def place(outputs: list[tuple[slice, np.ndarray]], n: int, t: int) -> np.ndarray:
-    """Stack per-batch outputs into [N, ...]; token-level outputs are zero-padded back to T."""
-    first = outputs[0][1]
-    token_level = first.ndim == 3
-    shape = (n, t, first.shape[-1]) if token_level else (n, *first.shape[1:])
-    full = np.zeros(shape, dtype=np.float32)
-    for rows, out in outputs:
-        if token_level:
-            full[rows, : out.shape[1]] = out
-        else:
-            full[rows] = out
-    return full
 
 
 @torch.no_grad()

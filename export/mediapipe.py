@@ -18,9 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgebert.device_tests.files import atomic_path
 from edgebert.errors import EdgebertError
-
-from ._files import atomic_path
 
 METADATA_NAME = "TFLITE_METADATA"
 # The metadata names MediaPipe's BertPreprocessorCalculator looks the three inputs up by.
@@ -71,7 +70,7 @@ def _keep_signature(tree, key: str | None, path: Path) -> str:
     if key is None:
         if not lengths:
             raise EdgebertError(f"{path} has signatures {sorted(sigs)}, none named seq_<T>: "
-                                "export it with export.TFLiteExport or name the signature to keep")
+                                "export it with export.TFLiteExportConfig or name the signature to keep")
         key = lengths[max(lengths)]
     if key not in sigs:
         raise EdgebertError(f"{path} has no signature {key!r} (it has {sorted(sigs)}): pick one of those")
@@ -115,7 +114,7 @@ def _check_io(tree, num_labels: int, path: Path) -> int:
     types = {graph.tensors[i].type for i in graph.inputs}
     if len(shapes) != 1 or len(next(iter(shapes))) != 2 or next(iter(shapes))[0] != 1 or types != {TensorType.INT32}:
         raise EdgebertError(f"{path} inputs must all be int32 [1, T] for MediaPipe, got shapes {sorted(shapes)}: "
-                            "export with TFLiteExport(batch_size=1)")
+                            "export with TFLiteExportConfig(batch_size=1)")
     if len(graph.outputs) != 1:
         raise EdgebertError(f"{path} has {len(graph.outputs)} outputs; MediaPipe's classifier needs one logits output")
     output = graph.tensors[graph.outputs[0]]

@@ -16,16 +16,21 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgebert.config import Config
+from edgebert.device_tests import backends
+from edgebert.device_tests.files import atomic_path
 from edgebert.errors import EdgebertError
+from edgebert import families
+from edgebert.model import config_of
 
-from ._files import atomic_path
+from . import formats
 from .data import InputSpec
 
 FUSION_TOLERANCE = 1e-4
 
 
 @dataclass(frozen=True, kw_only=True)
-class OnnxExport:
+class OnnxExportConfig(Config):
     """ONNX export options.
 
     optimize: "fused" (ORT BERT fusions, falling back to "basic" where they do not hold),
@@ -41,11 +46,11 @@ class OnnxExport:
 
     def __post_init__(self):
         if self.input_dtype not in ("int64", "int32"):
-            raise EdgebertError(f"OnnxExport input_dtype {self.input_dtype!r}: use 'int64' or 'int32'")
+            raise EdgebertError(f"OnnxExportConfig input_dtype {self.input_dtype!r}: use 'int64' or 'int32'")
         if self.optimize not in ("fused", "basic", "none"):
-            raise EdgebertError(f"OnnxExport optimize {self.optimize!r}: use 'fused', 'basic' or 'none'")
+            raise EdgebertError(f"OnnxExportConfig optimize {self.optimize!r}: use 'fused', 'basic' or 'none'")
         if self.opset < 17:
-            raise EdgebertError(f"OnnxExport opset {self.opset}: use 17 or newer (LayerNormalization)")
+            raise EdgebertError(f"OnnxExportConfig opset {self.opset}: use 17 or newer (LayerNormalization)")
 
 
 class Positional(nn.Module):
@@ -77,12 +82,12 @@ def sample_inputs(model: nn.Module, spec: InputSpec, dtype: torch.dtype, batch: 
     return {k: feeds[k].to(dtype) for k in spec.names}
 
 
-def _heads(model: nn.Module, config: OnnxExport) -> tuple[int, int]:
+def _heads(model: nn.Module, config: OnnxExportConfig) -> tuple[int, int]:
     """(num_heads, hidden) for the fusion; (0, 0) lets ORT read them per layer from the graph."""
     if config.num_heads is not None:
         return config.num_heads, config.hidden_size or 0
-    c = getattr(getattr(model, "encoder", model), "config", None)
-    if c is None or not hasattr(c, "heads"):
+    c = config_of(model)
+    if c is None:
         return 0, 0
     heads = {c.heads(i) for i in range(c.num_layers)}
     if len(heads) != 1 or c.heads(0) * c.head_size != c.hidden_size:
@@ -90,7 +95,7 @@ def _heads(model: nn.Module, config: OnnxExport) -> tuple[int, int]:
     return heads.pop(), c.hidden_size
 
 
-def trace(model: nn.Module, spec: InputSpec, config: OnnxExport, out: Path) -> None:
+def trace(model: nn.Module, spec: InputSpec, config: OnnxExportConfig, out: Path) -> None:
     """The raw exporter graph at `out`; an op the exporter cannot handle becomes one clear error."""
     dtype = torch.int32 if config.input_dtype == "int32" else torch.int64
     args = tuple(sample_inputs(model, spec, dtype).values())
@@ -128,19 +133,19 @@ def _basic(src: Path, dst: Path) -> None:
 
 
 def _same_outputs(a: Path, b: Path, feeds: list[dict[str, np.ndarray]]) -> float:
-    from .runtime import ort_session
-
-    sa, sb = ort_session(a), ort_session(b)
-    return max(float(np.abs(sa.run(None, f)[0] - sb.run(None, f)[0]).max()) for f in feeds)
+    sa, sb = backends.Onnx(str(a), 1), backends.Onnx(str(b), 1)
+    return max(float(np.abs(sa.run(f) - sb.run(f)).max()) for f in feeds)
 
 
-def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxExport) -> dict:
+def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxExportConfig) -> dict:
     """ORT's BERT fusions, kept only when they hold; else basic optimization, with the reason."""
     from onnxruntime.transformers import optimizer
     from onnxruntime.transformers.fusion_options import FusionOptions
 
     heads, hidden = _heads(model, config)
-    options = FusionOptions("bert")
+    c = config_of(model)
+    model_type = families.get(c.family).fusion if c is not None else "bert"
+    options = FusionOptions(model_type)
     options.enable_embed_layer_norm = config.fuse_embeddings
     dtype = torch.int32 if config.input_dtype == "int32" else torch.int64
     feeds = [{k: v.numpy() for k, v in sample_inputs(model, spec, dtype, b, t, seed).items()}
@@ -148,7 +153,7 @@ def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxE
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fused = optimizer.optimize_model(str(raw), model_type="bert", num_heads=heads, hidden_size=hidden,
+            fused = optimizer.optimize_model(str(raw), model_type=model_type, num_heads=heads, hidden_size=hidden,
                                              optimization_options=options, opt_level=0)
         stats = {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
         fused.save_model_to_file(str(dst))
@@ -162,7 +167,7 @@ def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxE
     return {"optimization": "basic", "fusion_fallback": reason}
 
 
-def export_onnx(model: nn.Module, config: OnnxExport, spec: InputSpec, out: str | Path) -> dict:
+def export_onnx(model: nn.Module, config: OnnxExportConfig, spec: InputSpec, out: str | Path) -> dict:
     """Write `out` (atomically) and return its metadata."""
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="edgebert-onnx-") as tmp, atomic_path(out) as dst:
@@ -178,3 +183,28 @@ def export_onnx(model: nn.Module, config: OnnxExport, spec: InputSpec, out: str 
             info = {"optimization": "none"}
     return {"format": "onnx", "opset": config.opset, "inputs": list(spec.names), "input_dtype": config.input_dtype,
             "outputs": ["logits"], "dynamic_axes": ["batch", "sequence"], **info}
+
+
+def onnx_io(path: Path) -> dict:
+    """Input and output names, dtypes and (symbolic) shapes, read from the graph."""
+    import onnx
+    from onnx import helper
+
+    path = Path(path)
+    model = onnx.load(str(path), load_external_data=False)
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        raise EdgebertError(f"{path.name} keeps weights in external data files: "
+                            "export a self-contained .onnx (< 2 GiB)")
+    weights = {t.name for t in model.graph.initializer}
+
+    def tensors(values):
+        return {v.name: {"dtype": np.dtype(helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)).name,
+                         "shape": [d.dim_param if d.HasField("dim_param") else d.dim_value if d.HasField("dim_value")
+                                   else None for d in v.type.tensor_type.shape.dim]} for v in values}
+
+    return {"format": "onnx", "inputs": tensors(v for v in model.graph.input if v.name not in weights),
+            "outputs": tensors(model.graph.output)}
+
+
+ONNX = formats.register(formats.Format(name="onnx", suffix=".onnx", config=OnnxExportConfig, exporter=export_onnx,
+                                       backend="onnxruntime", io=onnx_io, input_dtype="int64"))

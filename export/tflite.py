@@ -3,7 +3,7 @@
 litert-torch converts at fixed shapes only (dynamic sequence length fails in tracing, and a
 quantized file cannot be resized), so each length in `seq_lens` becomes a signature `seq_<T>`
 with int32 inputs named like the model's and one output `logits`; the runtime picks the
-smallest bucket that holds the input (`export.runtime.pick_signature`).
+smallest bucket that holds the input (`device_tests.backends.pick_signature`).
 """
 
 from __future__ import annotations
@@ -15,20 +15,24 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
+from edgebert.config import Config
+from edgebert.device_tests.files import atomic_path
 from edgebert.errors import EdgebertError
+from edgebert.model import config_of
 
-from ._files import atomic_path
+from . import formats
 from .data import InputSpec
 
 
 @dataclass(frozen=True, kw_only=True)
-class TFLiteExport:
+class TFLiteExportConfig(Config):
     """TFLite export options. precision: "fp32", or "fp16" (weights stored as float16, computed in float32).
 
-    INT8 variants come from `quantize.quantize(<this file>, DynamicInt8() | StaticInt8(...) | ...)`."""
+    INT8 variants come from `quantize.quantize(<this file>, DynamicInt8Config() | StaticInt8Config(...) | ...)`."""
 
     seq_lens: tuple[int, ...] = (16, 32, 64, 128)
     batch_size: int = 1
@@ -36,12 +40,12 @@ class TFLiteExport:
 
     def __post_init__(self):
         if not self.seq_lens or any(int(t) < 1 for t in self.seq_lens) or len(set(self.seq_lens)) != len(self.seq_lens):
-            raise EdgebertError(f"TFLiteExport seq_lens {self.seq_lens}: give distinct positive lengths, e.g. (16, 32, 64, 128)")
+            raise EdgebertError(f"TFLiteExportConfig seq_lens {self.seq_lens}: give distinct positive lengths, e.g. (16, 32, 64, 128)")
         if self.precision not in ("fp32", "fp16"):
-            raise EdgebertError(f"TFLiteExport precision {self.precision!r}: use 'fp32' or 'fp16' "
+            raise EdgebertError(f"TFLiteExportConfig precision {self.precision!r}: use 'fp32' or 'fp16' "
                                 "(INT8 comes from quantize.quantize on the exported file)")
         if self.batch_size < 1:
-            raise EdgebertError("TFLiteExport batch_size must be >= 1")
+            raise EdgebertError("TFLiteExportConfig batch_size must be >= 1")
 
 
 class Named(nn.Module):
@@ -59,8 +63,8 @@ class Named(nn.Module):
 
 
 def _max_length(model: nn.Module) -> int | None:
-    config = getattr(getattr(model, "encoder", model), "config", None)
-    return getattr(config, "max_length", None)
+    config = config_of(model)
+    return config.max_length if config is not None else None
 
 
 def convert(model: nn.Module, spec: InputSpec, seq_lens, batch_size: int = 1) -> bytes:
@@ -104,7 +108,7 @@ def fp16(flatbuffer: bytes) -> bytes:
     return bytes(q.quantize(enable_progress_report=False).quantized_model)
 
 
-def export_tflite(model: nn.Module, config: TFLiteExport, spec: InputSpec, out: str | Path) -> dict:
+def export_tflite(model: nn.Module, config: TFLiteExportConfig, spec: InputSpec, out: str | Path) -> dict:
     """Write `out` (atomically) and return its metadata."""
     data = convert(model, spec, config.seq_lens, config.batch_size)
     if config.precision == "fp16":
@@ -114,3 +118,30 @@ def export_tflite(model: nn.Module, config: TFLiteExport, spec: InputSpec, out: 
     return {"format": "tflite", "precision": config.precision, "inputs": list(spec.names), "input_dtype": "int32",
             "outputs": ["logits"], "batch_size": config.batch_size,
             "signatures": {f"seq_{t}": t for t in sorted(config.seq_lens)}}
+
+
+def tflite_io(path: Path) -> dict:
+    """Each signature's length, input and output tensors (dtype, shape, int8 quantization)."""
+    model = formats.get("tflite").open(path)
+    signatures = {}
+    for t, signature in model.signatures.items():
+        runner = signature.runner
+        signatures[signature.key] = {
+            "length": t, "inputs": {n: _detail(d) for n, d in sorted(runner.get_input_details().items())},
+            "outputs": {n: _detail(d) for n, d in sorted(runner.get_output_details().items())}}
+    return {"format": "tflite", "lengths": list(model.signatures), "signatures": signatures,
+            "choose": "the smallest seq_<T> with T >= the token count ([CLS] and [SEP] included); "
+                      "zero-pad every input to T"}
+
+
+def _detail(d: dict) -> dict:
+    out = {"dtype": np.dtype(d["dtype"]).name, "shape": [int(x) for x in d["shape"]]}
+    scale, zero = d["quantization"]
+    if scale:
+        out["quantization"] = {"scale": float(scale), "zero_point": int(zero)}
+    return out
+
+
+TFLITE = formats.register(formats.Format(name="tflite", suffix=".tflite", config=TFLiteExportConfig,
+                                         exporter=export_tflite, backend="litert", io=tflite_io,
+                                         input_dtype="int32"))

@@ -1,7 +1,7 @@
-"""Public quantization configs: small frozen dataclasses with keyword-only options.
+"""Public quantization configs: frozen, keyword-only `Config` dataclasses, one per method.
 
 Implementations live in `quantize.onnx_ptq`, `quantize.tflite_ptq`, `quantize.mixed` and
-`quantize.qat`, found through `quantize.registry`; nothing here imports a runtime.
+`quantize.qat`, registered per format through `quantize.registry`; nothing here imports a runtime.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgebert.config import Config
 from edgebert.errors import EdgebertError
-from edgebert.export.verify import Budget
+from edgebert.export import Budget
+from edgebert.passes.train import TrainConfig
 
 TARGETS = ("x86", "x86-vnni", "arm")
 METHODS = ("minmax", "percentile", "entropy")
@@ -42,7 +44,7 @@ def _check_target(target: str) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Int8Embeddings:
+class Int8EmbeddingsConfig(Config):
     """Weight-only INT8 word embeddings, dequantized after the lookup: a 4× smaller table.
 
     ONNX: Gather on an int8 table + per-row scale (ORT's QEmbedLayerNormalization where the graph
@@ -52,7 +54,7 @@ class Int8Embeddings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DynamicInt8:
+class DynamicInt8Config(Config):
     """INT8 weights, activations quantized at run time (ORT dynamic; TFLite dynamic-range).
 
     target (default: this machine): "x86" (U8 activations/S8 weights, reduce_range for CPUs without
@@ -67,7 +69,7 @@ class DynamicInt8:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StaticInt8:
+class StaticInt8Config(Config):
     """INT8 weights and activations calibrated on task data (ONNX QDQ; full-INT8 TFLite).
 
     exclude: op kinds kept in float (KINDS above); the default keeps the known
@@ -88,14 +90,14 @@ class StaticInt8:
         if self.io not in ("float", "int8"):
             raise EdgebertError(f"io {self.io!r}: use 'float' or 'int8'")
         if self.samples < 1:
-            raise EdgebertError("StaticInt8 samples must be >= 1")
+            raise EdgebertError("StaticInt8Config samples must be >= 1")
         unknown = sorted(set(self.exclude) - set(KINDS))
         if unknown:
-            raise EdgebertError(f"StaticInt8 exclude has unknown kinds {unknown}: use some of {KINDS}")
+            raise EdgebertError(f"StaticInt8Config exclude has unknown kinds {unknown}: use some of {KINDS}")
 
 
 @dataclass(frozen=True, kw_only=True)
-class MixedPrecision:
+class MixedPrecisionConfig(Config):
     """Static INT8, then keep in float the op kinds (or layers) that cost accuracy, most sensitive
     first, until the quantized model is within `budget` of the float one on the eval split
     (sensitivity is measured on its first `search_samples` examples, the budget on all of it).
@@ -103,7 +105,7 @@ class MixedPrecision:
     The matrix multiplications (where the bytes and the time are) always stay INT8; if the budget
     still fails with everything else in float, quantize raises instead of shipping a worse model."""
 
-    budget: Budget = Budget(max_metric_drop=1.0)
+    budget: Budget = Budget(max_metric_drop=0.01)  # one point
     method: str = "minmax"
     samples: int = 256
     search_samples: int = 256  # eval examples for the per-group sensitivity; the budget uses all
@@ -116,26 +118,25 @@ class MixedPrecision:
         _check_target(self.target)
         _check_method(self.method)
         if not isinstance(self.budget, Budget) or self.budget == Budget():
-            raise EdgebertError("MixedPrecision needs a Budget with a limit, e.g. Budget(max_metric_drop=1.0)")
+            raise EdgebertError("MixedPrecisionConfig needs a Budget with a limit, e.g. Budget(max_metric_drop=0.01)")
 
 
 @dataclass(frozen=True, kw_only=True)
-class QAT:
+class QATConfig(Config):
     """Fake-quant fine-tuning distilled from the float model, then export to QDQ ONNX or INT8 TFLite.
 
     Linear weights are fake-quantized per channel (symmetric int8) and their inputs per tensor
-    with ranges tracked during training; the loss is KL (classification) or MSE to the teacher."""
+    with ranges tracked during training; the loss is KL (classification) or MSE to the float
+    model, minimised by the passes' training loop with `train`."""
 
-    steps: int = 300
-    lr: float = 2e-5
-    batch_size: int = 16
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(
+        steps=300, lr=2e-5, batch_size=16, weight_decay=0.0, warmup=0, seed=0, progress=False))
     temperature: float = 2.0
     target: str = field(default_factory=host_target)
     int8_embeddings: bool = True
     seq_lens: tuple[int, ...] = (16, 32, 64, 128)  # TFLite output only
-    seed: int = 0
 
     def __post_init__(self):
         _check_target(self.target)
-        if self.steps < 0 or self.lr <= 0 or self.batch_size < 1:
-            raise EdgebertError("QAT needs steps >= 0, lr > 0, batch_size >= 1")
+        if self.temperature <= 0:
+            raise EdgebertError(f"QATConfig.temperature must be positive, got {self.temperature}")

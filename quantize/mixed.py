@@ -14,12 +14,12 @@ from typing import Callable
 import numpy as np
 
 from edgebert.errors import EdgebertError
-from edgebert.export.verify import Budget, compare
+from edgebert.export import Budget, compare
 
 
 def _cost(result: dict) -> tuple[float, float]:
     drop = result.get("metric_drop")
-    return (drop if drop is not None else 0.0) + 100 * (1 - result["agreement"]), result["max_abs_diff"]
+    return (drop if drop is not None else 0.0) + (1 - result["agreement"]), result["max_abs_diff"]
 
 
 def search(groups: list[str], build: Callable[[set[str], Path], None], run: Callable[[Path, dict], np.ndarray],
@@ -56,5 +56,5 @@ def search(groups: list[str], build: Callable[[set[str], Path], None], run: Call
         else:
             hi, best = mid, (mid, path, result)
     n, path, result = best
-    return {"float": order[:n], "sensitivity": {g: round(s[0], 3) for g, s in sensitivity.items()},
+    return {"float": order[:n], "sensitivity": {g: round(s[0], 5) for g, s in sensitivity.items()},
             "order": order, "result": result, "path": path}

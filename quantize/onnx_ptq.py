@@ -17,7 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from edgebert.errors import EdgebertError
-from edgebert.export.data import batches, take
+from edgebert.device_tests.backends import batches
 
 FUSED_OPS = {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu", "FastGelu"}
 
@@ -138,7 +138,7 @@ def calibrate(src: Path, arrays: dict, method: str, samples: int, cache: Path) -
                                        augmented_model_path=str(Path(tmp) / "augmented_model.onnx"),
                                        calibrate_method=methods[method], extra_options={"symmetric": False})
         calibrator.execution_providers = ["CPUExecutionProvider"]
-        calibrator.collect_data(Reader(_feeds(src, take(arrays, samples), fixed=method != "minmax")))
+        calibrator.collect_data(Reader(_feeds(src, {k: v[:samples] for k, v in arrays.items()}, fixed=method != "minmax")))
         save_tensors_data(calibrator.compute_data(), cache)
 
 
@@ -262,6 +262,6 @@ def embed_int8(src: Path, dst: Path, *, min_rows: int) -> dict:
         return {"int8_embeddings": "QEmbedLayerNormalization"}
     tables = int8_embeddings(model, min_rows)
     if not tables:
-        raise EdgebertError(f"no embedding table with >= {min_rows} rows found: lower Int8Embeddings(min_rows=...)")
+        raise EdgebertError(f"no embedding table with >= {min_rows} rows found: lower Int8EmbeddingsConfig(min_rows=...)")
     onnx.save(model, str(dst))
     return {"int8_embeddings": tables}

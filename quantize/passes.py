@@ -8,10 +8,10 @@ from pathlib import Path
 import onnx
 
 from edgebert.errors import EdgebertError
-from edgebert.export.runtime import logits as runtime_logits
+from edgebert.export import Artifact, OnnxExportConfig
 
 from . import onnx_ptq, tflite_ptq
-from .config import DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8
+from .config import DynamicInt8Config, Int8EmbeddingsConfig, MixedPrecisionConfig, StaticInt8Config
 from .mixed import search
 from .registry import Job, need, register
 
@@ -21,7 +21,7 @@ def _unfused(job: Job, config) -> onnx.ModelProto:
     model = onnx.load(str(job.src))
     if onnx_ptq.has_fused_ops(model):
         raise EdgebertError(f"{type(config).__name__} needs the unfused graph (QDQ has no fused Attention): "
-                            "export with OnnxExport(optimize='basic') or pass the PyTorch model")
+                            "export with OnnxExportConfig(optimize='basic') or pass the PyTorch model")
     if onnx_ptq.finite_mask(model):
         onnx.save(model, str(job.src))
     return model
@@ -32,14 +32,18 @@ def _embed(path: Path, enabled: bool) -> dict:
     if not enabled:
         return {"int8_embeddings": []}
     model = onnx.load(str(path))
-    tables = onnx_ptq.int8_embeddings(model, Int8Embeddings().min_rows)
+    tables = onnx_ptq.int8_embeddings(model, Int8EmbeddingsConfig().min_rows)
     if tables:
         onnx.save(model, str(path))
     return {"int8_embeddings": tables}
 
 
-@register(DynamicInt8, "onnx")
-def onnx_dynamic(job: Job, config: DynamicInt8) -> dict:
+def _run(path: Path, arrays: dict):
+    return Artifact(path).run(arrays)
+
+
+@register(DynamicInt8Config, "onnx")
+def onnx_dynamic(job: Job, config: DynamicInt8Config) -> dict:
     onnx_ptq.dynamic(job.src, job.out, target=config.target, per_channel=config.per_channel,
                      embeddings=config.int8_embeddings)
     fused_tables = any(n.op_type == "QEmbedLayerNormalization" for n in onnx.load(str(job.out)).graph.node)
@@ -47,8 +51,8 @@ def onnx_dynamic(job: Job, config: DynamicInt8) -> dict:
     return {"method": "dynamic", "reduce_range": config.target == "x86", **info}
 
 
-@register(Int8Embeddings, "onnx")
-def onnx_embeddings(job: Job, config: Int8Embeddings) -> dict:
+@register(Int8EmbeddingsConfig, "onnx")
+def onnx_embeddings(job: Job, config: Int8EmbeddingsConfig) -> dict:
     return {"method": "int8_embeddings", **onnx_ptq.embed_int8(job.src, job.out, min_rows=config.min_rows)}
 
 
@@ -70,8 +74,8 @@ def _static_build(job: Job, config, groups: dict[str, list[str]], cache: Path):
     return build
 
 
-@register(StaticInt8, "onnx")
-def onnx_static(job: Job, config: StaticInt8) -> dict:
+@register(StaticInt8Config, "onnx", export_with=OnnxExportConfig(optimize="basic"))  # QDQ wants it unfused
+def onnx_static(job: Job, config: StaticInt8Config) -> dict:
     groups = _groups(onnx_ptq.classify(_unfused(job, config)))
     cache = job.work / "ranges.json"
     onnx_ptq.calibrate(job.src, need(job, "calibration", config), config.method, config.samples, cache)
@@ -86,14 +90,14 @@ def _embed_info(path: Path) -> dict:
     return {"int8_embeddings": names}
 
 
-@register(MixedPrecision, "onnx")
-def onnx_mixed(job: Job, config: MixedPrecision) -> dict:
+@register(MixedPrecisionConfig, "onnx", export_with=OnnxExportConfig(optimize="basic"))
+def onnx_mixed(job: Job, config: MixedPrecisionConfig) -> dict:
     groups = _groups(onnx_ptq.classify(_unfused(job, config)))
     arrays = need(job, "eval_data", config)
     cache = job.work / "ranges.json"
     onnx_ptq.calibrate(job.src, need(job, "calibration", config), config.method, config.samples, cache)
-    reference = runtime_logits(job.src, arrays)  # the budget is relative to the float file
-    found = search(sorted(groups), _static_build(job, config, groups, cache), runtime_logits,
+    reference = _run(job.src, arrays)  # the budget is relative to the float file
+    found = search(sorted(groups), _static_build(job, config, groups, cache), _run,
                    arrays, reference, config.budget, job.work, ".onnx", config.search_samples)
     found["path"].replace(job.out)
     return {"method": f"static_qdq_{config.method}+mixed", "float": found["float"],
@@ -102,20 +106,20 @@ def onnx_mixed(job: Job, config: MixedPrecision) -> dict:
             "reduce_range": config.target == "x86", **_embed_info(job.out)}
 
 
-@register(DynamicInt8, "tflite")
-def tflite_dynamic(job: Job, config: DynamicInt8) -> dict:
+@register(DynamicInt8Config, "tflite")
+def tflite_dynamic(job: Job, config: DynamicInt8Config) -> dict:
     job.out.write_bytes(tflite_ptq.dynamic(job.src.read_bytes(), embeddings=config.int8_embeddings))
     return {"method": "dynamic_wi8_afp32", "int8_embeddings": config.int8_embeddings}
 
 
-@register(Int8Embeddings, "tflite")
-def tflite_embeddings(job: Job, config: Int8Embeddings) -> dict:
+@register(Int8EmbeddingsConfig, "tflite")
+def tflite_embeddings(job: Job, config: Int8EmbeddingsConfig) -> dict:
     job.out.write_bytes(tflite_ptq.embeddings_only(job.src.read_bytes()))
     return {"method": "int8_embeddings", "int8_embeddings": True}
 
 
-@register(StaticInt8, "tflite")
-def tflite_static(job: Job, config: StaticInt8) -> dict:
+@register(StaticInt8Config, "tflite")
+def tflite_static(job: Job, config: StaticInt8Config) -> dict:
     data = job.src.read_bytes()
     calibration = tflite_ptq.calibrate(data, need(job, "calibration", config), config.samples)
     static_kinds = set(tflite_ptq.TFLITE_OPS) - tflite_ptq.tflite_kinds(config.exclude)
@@ -126,8 +130,8 @@ def tflite_static(job: Job, config: StaticInt8) -> dict:
             "int8_embeddings": config.int8_embeddings}
 
 
-@register(MixedPrecision, "tflite")
-def tflite_mixed(job: Job, config: MixedPrecision) -> dict:
+@register(MixedPrecisionConfig, "tflite")
+def tflite_mixed(job: Job, config: MixedPrecisionConfig) -> dict:
     data = job.src.read_bytes()
     arrays = need(job, "eval_data", config)
     calibration = tflite_ptq.calibrate(data, need(job, "calibration", config), config.samples)
@@ -137,7 +141,7 @@ def tflite_mixed(job: Job, config: MixedPrecision) -> dict:
         path.write_bytes(tflite_ptq.static(data, calibration, static_kinds=set(kinds) - float_groups,
                                            io=config.io, embeddings=config.int8_embeddings))
 
-    found = search(kinds, build, runtime_logits, arrays, runtime_logits(job.src, arrays),
+    found = search(kinds, build, _run, arrays, _run(job.src, arrays),
                    config.budget, job.work, ".tflite", config.search_samples)
     found["path"].replace(job.out)
     return {"method": "static_wi8_ai8+mixed", "float": found["float"],

@@ -16,17 +16,17 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
-import torch.nn.functional as F
 from onnx import numpy_helper
 from torch import nn
 
 from edgebert.errors import EdgebertError
-from edgebert.export.data import InputSpec, batches
-from edgebert.export.onnx import OnnxExport, trace
-from edgebert.export.tflite import convert
+from edgebert.device_tests.backends import batches
+from edgebert.export import InputSpec, OnnxExportConfig, TFLiteExportConfig, export
+from edgebert.passes.losses import soft_loss
+from edgebert.passes.train import Objective, train
 
 from . import onnx_ptq, tflite_ptq
-from .config import QAT
+from .config import QATConfig
 from .registry import Job, need, register
 
 
@@ -88,39 +88,50 @@ def prepare(model: nn.Module, *, act_range: tuple[int, int], weight_max: int) ->
     return student
 
 
-def _distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
-    if teacher.shape[-1] == 1:
-        return F.mse_loss(student, teacher)
-    t = temperature
-    return F.kl_div(F.log_softmax(student / t, -1), F.softmax(teacher / t, -1), reduction="batchmean") * t * t
+class MatchFloat(Objective):
+    """The fake-quantized student's soft-logit loss (passes.losses) against the float model.
 
+    The float model is not a submodule (never trained or saved), and the student stays in eval mode
+    while it trains: no dropout, so the ranges it observes are those it will meet at inference."""
 
-def train(model: nn.Module, student: nn.Module, arrays: dict, spec: InputSpec, config: QAT) -> list[float]:
-    """Observe ranges on a first pass, then fine-tune the student toward the float model's logits."""
-    model.eval()
-    fq = [m for m in student.modules() if isinstance(m, FakeQuantLinear)]
-    with torch.no_grad():
-        for _, feed in batches({k: v[: 4 * config.batch_size] for k, v in arrays.items()}, spec.names, config.batch_size):
-            student(**{k: torch.from_numpy(v) for k, v in feed.items()})
-    params = [p for p in student.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
-    rng = np.random.default_rng(config.seed)
-    n, losses = len(arrays["lengths"]), []
-    for _ in range(config.steps):
-        rows = rng.choice(n, size=min(config.batch_size, n), replace=False)
-        t = int(arrays["lengths"][rows].max())
-        feed = {k: torch.from_numpy(np.ascontiguousarray(arrays[k][rows, :t], dtype=np.int64)) for k in spec.names}
+    def __init__(self, student: nn.Module, model: nn.Module, names: tuple[str, ...], temperature: float):
+        super().__init__(student)
+        object.__setattr__(self, "reference", model.eval())
+        self.names, self.temperature = names, temperature
+
+    def train(self, mode: bool = True) -> "MatchFloat":
+        super().train(mode)
+        self.model.eval()
+        return self
+
+    def forward(self, batch):
+        feed = {k: batch[k] for k in self.names}
         with torch.no_grad():
-            target = model(**feed)
-        loss = _distill_loss(student(**feed), target, config.temperature)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        losses.append(loss.item())
-    for m in fq:
-        m.freeze()
-    return losses
+            target = self.reference(**feed)
+        return soft_loss(self.model(**feed), target, self.temperature)
+
+
+def _items(arrays: dict) -> list[dict]:
+    """Right-padded task arrays as the ragged items the training loop batches."""
+    types = arrays.get("token_type_ids", np.zeros_like(arrays["input_ids"]))
+    return [{"input_ids": arrays["input_ids"][i, :n].tolist(), "token_type_ids": types[i, :n].tolist()}
+            for i, n in enumerate(arrays["lengths"].tolist())]
+
+
+def fine_tune(model: nn.Module, student: nn.Module, arrays: dict, spec: InputSpec, config: QATConfig) -> list[float]:
+    """Observe ranges on a first pass, then fine-tune the student toward the float model's logits
+    with the passes' training loop; returns the loss history."""
+    batch_size = config.train.batch_size
+    with torch.no_grad():
+        student.eval()
+        for _, feed in batches({k: v[: 4 * batch_size] for k, v in arrays.items()}, spec.names, batch_size):
+            student(**{k: torch.from_numpy(v) for k, v in feed.items()})
+    result = train(MatchFloat(student, model, spec.names, config.temperature), _items(arrays), config=config.train,
+                   name="qat")
+    for m in student.modules():
+        if isinstance(m, FakeQuantLinear):
+            m.freeze()
+    return [loss for _, loss, _ in result.history]
 
 
 def fold_weight_quantizers(model: onnx.ModelProto) -> int:
@@ -150,7 +161,7 @@ def fold_weight_quantizers(model: onnx.ModelProto) -> int:
     return folded
 
 
-def _student(job: Job, config: QAT, fmt: str) -> tuple[nn.Module, list[float]]:
+def _student(job: Job, config: QATConfig, fmt: str) -> tuple[nn.Module, list[float]]:
     if job.module is None:
         raise EdgebertError("QAT trains the PyTorch model: pass the nn.Module, not an exported file")
     arrays = need(job, "calibration", config)
@@ -158,25 +169,24 @@ def _student(job: Job, config: QAT, fmt: str) -> tuple[nn.Module, list[float]]:
     act_range = (-128, 127) if tflite or config.target == "arm" else (0, 255)
     weight_max = 63 if (config.target == "x86" and not tflite) else 127  # reduce_range on non-VNNI x86
     student = prepare(job.module, act_range=act_range, weight_max=weight_max)
-    return student, train(job.module, student, arrays, job.spec, config)
+    return student, fine_tune(job.module, student, arrays, job.spec, config)
 
 
-@register(QAT, "onnx")
-def qat_onnx(job: Job, config: QAT) -> dict:
+@register(QATConfig, "onnx", float_file=False)
+def qat_onnx(job: Job, config: QATConfig) -> dict:
     student, losses = _student(job, config, "onnx")
     with tempfile.TemporaryDirectory(prefix="edgebert-qat-") as tmp:
-        raw = Path(tmp) / "qat.onnx"
-        trace(student, job.spec, OnnxExport(optimize="none"), raw)
+        raw = export(student, OnnxExportConfig(optimize="none"), out=Path(tmp) / "qat.onnx", inputs=job.spec).path
         model = onnx.load(str(raw))
     folded = fold_weight_quantizers(model)
     tables = onnx_ptq.int8_embeddings(model, 1000) if config.int8_embeddings else []
     onnx.save(model, str(job.out))
-    return {"method": "qat_qdq", "steps": config.steps, "loss_first": losses[0] if losses else None,
+    return {"method": "qat_qdq", "steps": config.train.steps, "loss_first": losses[0] if losses else None,
             "loss_last": losses[-1] if losses else None, "int8_weights": folded, "int8_embeddings": tables}
 
 
-@register(QAT, "tflite")
-def qat_tflite(job: Job, config: QAT) -> dict:
+@register(QATConfig, "tflite", float_file=False)
+def qat_tflite(job: Job, config: QATConfig) -> dict:
     student, losses = _student(job, config, "tflite")
     with torch.no_grad():  # snap weights to their int8 grid, then drop the fake-quant wrappers
         for parent in list(student.modules()):
@@ -187,9 +197,11 @@ def qat_tflite(job: Job, config: QAT) -> dict:
                     if child.bias is not None:
                         linear.bias.copy_(child.bias)
                     setattr(parent, name, linear)
-    data = convert(student, job.spec, config.seq_lens)
+    with tempfile.TemporaryDirectory(prefix="edgebert-qat-") as tmp:
+        data = export(student, TFLiteExportConfig(seq_lens=config.seq_lens), out=Path(tmp) / "qat.tflite",
+                      inputs=job.spec).path.read_bytes()
     calibration = tflite_ptq.calibrate(data, need(job, "calibration", config), 256)
     job.out.write_bytes(tflite_ptq.static(data, calibration, static_kinds={"linear"}, embeddings=config.int8_embeddings))
-    return {"method": "qat+static_wi8_ai8", "static": ["linear"], "steps": config.steps,
+    return {"method": "qat+static_wi8_ai8", "static": ["linear"], "steps": config.train.steps,
             "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
             "signatures": {f"seq_{t}": t for t in sorted(config.seq_lens)}}

@@ -1,4 +1,8 @@
-"""Which implementation handles which (config, file format): public configs stay free of runtime code."""
+"""Which implementation handles which (config, file format): public configs stay free of runtime code.
+
+Implementations are stored on the format itself (`edgebert.export.formats.Format.quantizers`), so a
+format lists the methods that produce it; export never imports this package to get them.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +13,14 @@ from typing import Callable
 from torch import nn
 
 from edgebert.errors import EdgebertError
-from edgebert.export.data import InputSpec
-
-_IMPLS: dict[tuple[type, str], Callable] = {}
+from edgebert.export import InputSpec, formats
 
 
 @dataclass
 class Job:
     """Everything an implementation may need; it writes `out` and returns metadata."""
 
-    src: Path | None  # the float file in the output's format (None only for QAT)
+    src: Path | None  # the float file in the output's format (None for methods that take only the module)
     module: nn.Module | None  # the PyTorch model when the caller passed one
     spec: InputSpec
     calibration: dict | None
@@ -27,19 +29,29 @@ class Job:
     work: Path  # scratch folder
 
 
-def register(config_type: type, fmt: str):
+@dataclass(frozen=True)
+class Method:
+    """One (config, format) implementation and how quantize() prepares its input."""
+
+    run: Callable[[Job, object], dict]
+    export_with: object | None  # the export config a module is exported with first (None: the format's default)
+    float_file: bool  # False: the method works on the module alone and needs no float file
+
+
+def register(config_type: type, fmt: str, *, export_with=None, float_file: bool = True):
+    """Register the decorated `fn(job, config) -> meta` as `config_type`'s implementation for format `fmt`."""
     def wrap(fn):
-        _IMPLS[(config_type, fmt)] = fn
+        formats.get(fmt).quantizers[config_type] = Method(fn, export_with, float_file)
         return fn
     return wrap
 
 
-def lookup(config, fmt: str) -> Callable:
-    impl = _IMPLS.get((type(config), fmt))
-    if impl is None:
-        known = sorted(f for (c, f) in _IMPLS if c is type(config))
-        raise EdgebertError(f"{type(config).__name__} does not produce {fmt} files: use one of {known or 'none'}")
-    return impl
+def lookup(config, fmt: formats.Format) -> Method:
+    method = fmt.quantizers.get(type(config))
+    if method is None:
+        known = sorted(f.name for f in formats.all_formats() if type(config) in f.quantizers)
+        raise EdgebertError(f"{type(config).__name__} does not produce {fmt.name} files: use one of {known or 'none'}")
+    return method
 
 
 def need(job: Job, what: str, config) -> dict:

@@ -14,8 +14,8 @@ from io import StringIO
 
 import numpy as np
 
+from edgebert.device_tests import HarnessError, backends
 from edgebert.errors import EdgebertError
-from edgebert.export.runtime import pick_signature
 
 # ONNX-side kinds → the TFLite ops that implement them (the Adds are not told apart by op type).
 TFLITE_OPS = {
@@ -90,7 +90,7 @@ def calibration_feeds(arrays: dict, lengths: dict[int, str], names: list[str], s
     feeds = {}
     for t, key in lengths.items():
         fits = [i for i in range(n) if arrays["lengths"][i] <= t]
-        own = [i for i in fits if pick_signature(int(arrays["lengths"][i]), lengths) == t]
+        own = [i for i in fits if backends.pick_signature(int(arrays["lengths"][i]), lengths) == t]
         chosen = (own + [i for i in fits if i not in set(own)])[:per]
         if not chosen:
             raise EdgebertError(f"no calibration example fits signature {key}: every example is longer than {t} tokens")
@@ -109,13 +109,12 @@ def calibration_feeds(arrays: dict, lengths: dict[int, str], names: list[str], s
 
 def calibrate(flatbuffer: bytes, arrays: dict, samples: int) -> dict:
     """Tensor ranges for every op kind at once, so each static variant of the search reuses them."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    from edgebert.export.runtime import signature_lengths
-
-    interpreter = Interpreter(model_content=bytes(flatbuffer))
-    lengths = signature_lengths(interpreter)
-    names = list(interpreter.get_signature_runner(next(iter(lengths.values()))).get_input_details())
+    try:
+        model = backends.TFLite("the float flatbuffer", 1, content=flatbuffer)
+    except HarnessError as e:
+        raise EdgebertError(str(e)) from None
+    lengths = {t: s.key for t, s in model.signatures.items()}
+    names = list(next(iter(model.signatures.values())).dtypes)
     q = _quantizer(flatbuffer, recipe(set(TFLITE_OPS)))
     log = StringIO()
     with contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):

@@ -1,6 +1,7 @@
 """Shared fixtures: the real data root and a tiny WordPiece tokenizer built offline."""
 
 import json
+import random
 import string
 
 import pytest
@@ -61,3 +62,118 @@ def tiny_arrays():
     mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
     return {"input_ids": (rng.integers(1, QUANT_VOCAB, (n, t)) * mask).astype(np.int32), "attention_mask": mask,
             "token_type_ids": np.zeros((n, t), np.int32), "lengths": lengths, "labels": rng.integers(0, 2, n)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiny models and data for the tests of edgebert.passes: plain functions, imported with
+# `from conftest import tiny_model, tiny_data, ...` (the torchrun worker in test_passes_ddp.py too).
+
+PASS_WORDS = ["good", "bad", "film", "great", "awful", "plot", "actor", "fun", "dull", "story", "the", "a", "is",
+              "was", "very", "not", "and", "but", "scene", "music"]
+PASS_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def tiny_config(**changes):
+    """A 4-layer, 32-wide encoder config without dropout over the PASS_WORDS vocabulary."""
+    from edgebert.model import EncoderConfig
+
+    base = {"vocab_size": len(PASS_SPECIALS) + len(PASS_WORDS), "hidden_size": 32, "num_layers": 4, "num_heads": 4,
+            "intermediate_size": 64, "max_positions": 64, "dropout": 0.0, "attention_dropout": 0.0}
+    return EncoderConfig(**{**base, **changes})
+
+
+def tiny_model(kind: str = "sequence-classification", num_labels: int = 2, seed: int = 0, nsp: bool = False,
+               **changes):
+    from edgebert.model import HeadConfig, build
+
+    torch.manual_seed(seed)
+    pooler = None if kind == "token-classification" else "tanh"
+    return build(tiny_config(**changes), HeadConfig(kind=kind, num_labels=num_labels, pooler=pooler, nsp=nsp))
+
+
+def tiny_data(n: int = 128, *, task: str = "classification", seed: int = 0) -> list[dict]:
+    """Random sentences whose label is learnable: does word 'good' (id 5) or 'great' appear?"""
+    rng = random.Random(seed)
+    items = []
+    for _ in range(n):
+        length = rng.randint(3, 16)
+        words = [rng.randrange(len(PASS_SPECIALS), len(PASS_SPECIALS) + len(PASS_WORDS)) for _ in range(length)]
+        ids = [2, *words, 3]
+        types = [0] * len(ids)
+        if task == "pair-classification":
+            split = len(ids) // 2
+            types = [0] * split + [1] * (len(ids) - split)
+        positive = int(5 in words or 8 in words)
+        if task == "regression":
+            label = float(words.count(5) - words.count(6))
+        elif task == "token-classification":
+            label = [-100] + [int(w == 5) + 2 * int(w == 6) for w in words] + [-100]
+        else:
+            label = positive
+        items.append({"input_ids": ids, "token_type_ids": types, "labels": label})
+    return items
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    """Text in the vocabulary of conftest's `tiny_tokenizer`."""
+    rng = random.Random(seed)
+    words = ["the", "cat", "sat", "on", "mat", "playing", ".", ","]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(3, 10))) for _ in range(n)]
+
+
+def batch_of(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    length = max(len(i["input_ids"]) for i in items)
+    ids = torch.zeros(len(items), length, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    types = torch.zeros_like(ids)
+    for j, item in enumerate(items):
+        n = len(item["input_ids"])
+        ids[j, :n], mask[j, :n], types[j, :n] = torch.tensor(item["input_ids"]), 1, torch.tensor(item["token_type_ids"])
+    return ids, mask, types
+
+
+def roundtrip(model, tmp_path, name: str = "m"):
+    """Save, reload and export to ONNX (TorchScript exporter, opset 17); returns the reloaded model."""
+    from edgebert import checkpoint
+
+    model.eval()
+    folder = checkpoint.save(model, tmp_path / name)
+    again = checkpoint.load(folder)
+    ids, mask, types = batch_of(tiny_data(3, seed=9))
+    with torch.no_grad():
+        a, b = model(ids, mask, types), again(ids, mask, types)
+    a = a[0] if isinstance(a, tuple) else a
+    b = b[0] if isinstance(b, tuple) else b
+    assert torch.allclose(a, b, atol=1e-5)
+    torch.onnx.export(again, (ids, mask, types), str(tmp_path / f"{name}.onnx"), dynamo=False, opset_version=17,
+                      input_names=["input_ids", "attention_mask", "token_type_ids"],
+                      dynamic_axes={k: {0: "batch", 1: "seq"} for k in ("input_ids", "attention_mask", "token_type_ids")})
+    assert (tmp_path / f"{name}.onnx").stat().st_size > 0
+    return again
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict:
+    """The tiny device models (tests/tiny_models.py), built once per session for every device and bench test."""
+    import shutil
+
+    from tiny_models import build, paths
+
+    folder = tmp_path_factory.getbasetemp() / "tiny-models"
+    if (folder / "done").exists():
+        return paths(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    return build(folder)
+
+
+@pytest.fixture(scope="session")
+def bench_scripts():
+    """bench/'s scripts as modules, imported as `python bench/compare.py` imports them: bench/ first on sys.path."""
+    import importlib
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    names = ("compare", "_measure", "_figures", "_render", "_timing")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "bench"))
+        yield SimpleNamespace(**{name.lstrip("_"): importlib.import_module(name) for name in names})

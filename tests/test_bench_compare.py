@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,22 +12,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_device_harness import NAMES, VOCAB, _tiny_module, write_eval
+from tiny_models import NAMES, VOCAB, tiny_module, write_eval
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load(name: str):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-compare = _load("compare")
-timing = _load("_timing")
 
 
 def _child(*args) -> None:
@@ -43,14 +29,14 @@ def tiny_onnx(tmp_path_factory) -> dict:
 
     folder = tmp_path_factory.mktemp("compare-onnx")
     sample = {k: torch.ones(1, 8, dtype=torch.long) for k in NAMES}
-    torch.onnx.export(_tiny_module(), tuple(sample.values()), str(folder / "model.onnx"), input_names=list(NAMES),
+    torch.onnx.export(tiny_module(), tuple(sample.values()), str(folder / "model.onnx"), input_names=list(NAMES),
                       output_names=["logits"], dynamic_axes={k: {0: "batch", 1: "seq"} for k in NAMES},
                       opset_version=17, dynamo=False)
     write_eval(folder / "dev.npz", n=12, t=32)
     return {"model": folder / "model.onnx", "inputs": folder / "dev.npz"}
 
 
-def test_gemm_child_measures_throughput(tmp_path):
+def test_gemm_child_measures_throughput(bench_scripts, tmp_path):
     for op in ("matmulinteger", "matmul"):
         out = tmp_path / f"{op}.json"
         _child("gemm", "--op", op, "--shape", "64x64x64", "--threads", 1, "--seconds", 0.05, "--json", out)
@@ -58,10 +44,10 @@ def test_gemm_child_measures_throughput(tmp_path):
         assert r["complete"] and r["ops_per_call"] == 2 * 64**3 and r["gops_p50"] > 0 and r["calls"] >= 5
     import onnx
 
-    onnx.checker.check_model(timing.gemm_model("matmulinteger", 8, 16, 4, "u8"))
+    onnx.checker.check_model(bench_scripts.timing.gemm_model("matmulinteger", 8, 16, 4, "u8"))
 
 
-def test_profile_child_aggregates_op_types(tiny_onnx, tmp_path):
+def test_profile_child_aggregates_op_types(bench_scripts, tiny_onnx, tmp_path):
     out = tmp_path / "p.json"
     _child("profile", "--model", tiny_onnx["model"], "--inputs", tiny_onnx["inputs"], "--runs", 6, "--warmup", 2,
            "--pad-to", 32, "--json", out)
@@ -73,12 +59,12 @@ def test_profile_child_aggregates_op_types(tiny_onnx, tmp_path):
               {"cat": "Node", "name": "b_kernel_time", "dur": 1000, "args": {"op_name": "Add"}},
               {"cat": "Node", "name": "b_fence_before", "dur": 5000, "args": {"op_name": "Add"}},
               {"cat": "Session", "name": "model_run", "dur": 4500}]
-    agg = timing.aggregate_profile(events, runs=1)
+    agg = bench_scripts.timing.aggregate_profile(events, runs=1)
     assert [o["op"] for o in agg["ops"]] == ["MatMul", "Add"] and agg["ops"][0]["share"] == 0.75
     assert agg["kernel_ms"] == 4.0 and agg["model_run_ms"] == 4.5
 
 
-def test_torch_child_mirrors_the_harness(tmp_path):
+def test_torch_child_mirrors_the_harness(bench_scripts, tmp_path):
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -100,27 +86,28 @@ def test_torch_child_mirrors_the_harness(tmp_path):
                  for i, n in enumerate(data["lengths"])]
     assert r["predictions"] == preds
     assert r["accuracy"] == pytest.approx(float(np.mean(np.array(preds) == data["labels"])))
-    assert timing.timed_rows(6, 1, 8) == [1, 2, 3, 4, 5, 0, 1, 2]
+    assert bench_scripts.timing.timed_rows(6, 1, 8) == [1, 2, 3, 4, 5, 0, 1, 2]
 
 
-def test_measure_runs_the_harness_and_counts_useful_flops(tiny_onnx, tmp_path):
+def test_measure_runs_the_harness_and_counts_useful_flops(bench_scripts, tiny_onnx, tmp_path):
+    measure, figures = bench_scripts.measure, bench_scripts.figures
     from edgebert.model import EncoderConfig
     from edgebert.stats import flops
 
-    model = {"run": {c: {"kind": "harness", "path": tiny_onnx["model"], "backend": "onnxruntime"} for c in compare.CONDITIONS}}
-    for cond in compare.CONDITIONS:
-        r = compare.measure(model, cond, tiny_onnx["inputs"], 1, 1, 4, tmp_path / f"{cond}.json", {})
+    model = {"run": {c: {"kind": "harness", "path": tiny_onnx["model"], "backend": "onnxruntime"} for c in figures.CONDITIONS}}
+    for cond in figures.CONDITIONS:
+        r = measure.measure(model, cond, tiny_onnx["inputs"], 1, 1, 4, tmp_path / f"{cond}.json", {})
         assert r["complete"] and r["settings"]["runs"] == 4
-        assert r["settings"]["pad_to"] == (None if cond == "real" else compare.PAD)
+        assert r["settings"]["pad_to"] == (None if cond == "real" else figures.PAD)
     config = EncoderConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     m = {"flops": lambda t: flops(config, int(t), 2)}
     lengths = np.array([4, 8, 16])
-    assert compare.useful_flops(m, "real", lengths, 1, 2) == pytest.approx((flops(config, 8, 2) + flops(config, 16, 2)) / 2)
-    assert compare.useful_flops(m, f"pad{compare.PAD}", lengths, 1, 2) == flops(config, compare.PAD, 2)
-    assert compare.useful_flops({"flops": None}, "real", lengths, 1, 2) is None
+    assert measure.useful_flops(m, "real", lengths, 1, 2) == pytest.approx((flops(config, 8, 2) + flops(config, 16, 2)) / 2)
+    assert measure.useful_flops(m, f"pad{figures.PAD}", lengths, 1, 2) == flops(config, figures.PAD, 2)
+    assert measure.useful_flops({"flops": None}, "real", lengths, 1, 2) is None
 
 
-def test_student_checkpoint_is_the_one_the_manifest_describes(tmp_path):
+def test_student_checkpoint_is_the_one_the_manifest_describes(bench_scripts, tmp_path):
     import torch
 
     from edgebert import checkpoint
@@ -132,21 +119,21 @@ def test_student_checkpoint_is_the_one_the_manifest_describes(tmp_path):
                   HeadConfig(num_labels=2, labels=["negative", "positive"]))
     checkpoint.save(model, tmp_path / "out" / "stages" / "02-prune-abc" / "model")
     manifest = {"stages": [{"name": "prune", "params": {"total": params(model)["total"]}, "bytes": nbytes(model)}]}
-    found, why = compare.student_checkpoint(tmp_path / "out" / "bundle", manifest, None)
+    found, why = bench_scripts.measure.student_checkpoint(tmp_path / "out" / "bundle", manifest, None)
     assert found == tmp_path / "out" / "stages" / "02-prune-abc" / "model" and "match" in why
     manifest["stages"][0]["bytes"] += 4
-    found, why = compare.student_checkpoint(tmp_path / "out" / "bundle", manifest, None)
+    found, why = bench_scripts.measure.student_checkpoint(tmp_path / "out" / "bundle", manifest, None)
     assert found is None and "no prune checkpoint" in why
     manifest = {"verification": {"model.tflite": {"meta": {"config": {"type": "DynamicInt8", "per_channel": True,
                                                                       "target": "x86", "int8_embeddings": False}}}}}
-    assert compare.tflite_int8_options(manifest) == {"per_channel": True, "target": "x86", "int8_embeddings": False}
+    assert bench_scripts.measure.tflite_int8_options(manifest) == {"per_channel": True, "target": "x86", "int8_embeddings": False}
 
 
 IDS = ["pytorch-fp32", "optimum-o2-int8", "optimum-int8", "tflite-fp32", "tflite-int8", "student-onnx-int8",
        "student-tflite-int8"]
 
 
-def _synthetic():
+def _synthetic(bench):
     """Three clean repeats whose drift makes the median of ratios differ from the ratio of medians,
     and a fourth that ran beside someone else's job (it must be left out)."""
     p50 = {"pytorch-fp32": [20, 40, 30, 900], "optimum-o2-int8": [8, 9, 10, 1], "optimum-int8": [6, 7, 8, 90],
@@ -159,16 +146,16 @@ def _synthetic():
     raw = {"t1": {c: {mid: ([] if (mid == "student-tflite-int8" and c != "real") else
                              [{"repeat": r, "p50": p50[mid][r], "p90": p50[mid][r] * 1.5, "mean": p50[mid][r],
                                "peak_rss_mb": 100.0, "flops": 1e6, "warnings": []} for r in range(4)])
-                      for mid in IDS} for c in compare.CONDITIONS}}
+                      for mid in IDS} for c in bench.figures.CONDITIONS}}
     accuracy = {mid: {c: {"accuracy": 0.9014 if not mid.startswith("student") else 0.8945, "n": 872}
-                      for c in compare.CONDITIONS} for mid in IDS}
+                      for c in bench.figures.CONDITIONS} for mid in IDS}
     gemm_raw = [{"threads": 1, "op": "matmulinteger", "weight": "s8", "shape": [1024, 1024, 1024], "gops_p50": g}
                 for g in (90, 100, 110)] + [{"threads": 1, "op": "matmul", "weight": "f32", "shape": [32, 384, 1536],
                                              "gops_p50": 50.0}]
     mach = {"cpu_model": "Test CPU 9000", "architecture": "x86_64", "cores": 2, "cores_usable": 2,
             "isa_features": ["AVX2"], "vnni": False, "os": "Linux", "python": "3.11", "load_average": [0.3, 0.3, 0.3]}
     args = SimpleNamespace(quick=False, teacher="t", bundle="b", data=None)
-    settings = dict(compare.FULL)
+    settings = dict(bench.measure.FULL)
     sets = {"teacher": {"n": 872}, "student": {"n": 872}, "same_tokenization": True}
     manifest = {"task": {"metric": "accuracy"}, "stages": [
         {"name": "distill", "params": {"total": 15}, "bytes": 60, "flops": 9e8, "metrics": {"accuracy": 0.90}, "wall_s": 1},
@@ -176,15 +163,15 @@ def _synthetic():
         "pareto": [{"stage": "distill", "format": "pytorch", "latency_ms": 8.0},
                    {"stage": "prune", "format": "pytorch", "latency_ms": 4.0}],
         "bench_local": {"model.onnx": {"latency_ms": {"p50": 1.0}, "accuracy": 0.8945}}}
-    result = compare.summarize(args, settings, [1], mach, models, {"note": "a note"}, sets, accuracy, raw, gemm_raw,
+    result = bench.figures.summarize(args, settings, [1], mach, models, {"note": "a note"}, sets, accuracy, raw, gemm_raw,
                                {}, manifest, [], [{"repeat": r, "load_average": [0.3, 0.3, 0.3], "other_cores": 0.05 if r < 3 else 1.0, "noisy": r == 3}
                                 for r in range(4)], {})
     result["wall_s"] = 60.0
     return result
 
 
-def test_ratios_are_pair_by_pair_and_the_baseline_is_the_faster_optimum():
-    result = _synthetic()
+def test_ratios_are_pair_by_pair_and_the_baseline_is_the_faster_optimum(bench_scripts):
+    result = _synthetic(bench_scripts)
     row = result["timing"]["t1"]["real"]["student-onnx-int8"]
     assert row["speedup_vs_1_by_repeat"] == [20.0, 20.0, 7.5] and row["speedup_vs_1"] == 20.0
     assert row["speedup_vs_1"] != pytest.approx(30 / 2.0)  # not the ratio of the medians
@@ -195,7 +182,7 @@ def test_ratios_are_pair_by_pair_and_the_baseline_is_the_faster_optimum():
     assert result["gemm"]["t1"]["int8_peak_gops"] == 100.0 and result["gemm"]["t1"]["fp32_peak_gops"] == 50.0
     assert row["achieved_gops"] == pytest.approx(0.5) and row["fraction_of_peak"] == pytest.approx(0.005)
     assert result["models"]["student-onnx-int8"]["size_vs_1"] == 90 / 8
-    assert result["timing"]["t1"][f"pad{compare.PAD}"]["student-tflite-int8"] == {"na": "n/a: no seq_128"}
+    assert result["timing"]["t1"][f"pad{bench_scripts.figures.PAD}"]["student-tflite-int8"] == {"na": "n/a: no seq_128"}
     lines = {(t["target"][:8], t["where"]): t for t in result["targets"]}
     speed = lines[("≥ 12× fa", "batch 1, real lengths, 1 thread(s)")]
     assert speed["pass"] is True and speed["value"] == 20.0
@@ -204,13 +191,14 @@ def test_ratios_are_pair_by_pair_and_the_baseline_is_the_faster_optimum():
     assert lines[("≥ 10× sm", "file bytes")]["pass"] is True
     accuracy = lines[("within 1", "student-onnx-int8, real lengths")]
     assert accuracy["pass"] is True and accuracy["value"] == pytest.approx(0.69)
-    assert lines[("within 1", f"student-tflite-int8, padded {compare.PAD}")]["pass"] is True
+    assert lines[("within 1", f"student-tflite-int8, padded {bench_scripts.figures.PAD}")]["pass"] is True
     json.dumps(result)  # the results file is plain JSON
 
 
-def test_the_table_is_generated_and_says_the_machine(tmp_path):
-    result = _synthetic()
-    text = compare.render(result)
+def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path):
+    result = _synthetic(bench_scripts)
+    render = bench_scripts.render.render
+    text = render(result)
     assert "do not edit by hand" in text and "Test CPU 9000" in text and "VNNI: no" in text
     assert "| PASS | ≥ 12× faster than 1 (PyTorch FP32) | batch 1, real lengths, 1 thread(s) | 20.00× |" in text
     assert "| MISS | INT8 model > 40% of the measured INT8 GEMM peak |" in text
@@ -218,8 +206,8 @@ def test_the_table_is_generated_and_says_the_machine(tmp_path):
     assert "n/a: no seq_128" in text and "optimum-int8 ← 2" in text and "busy" not in text
     results, md = tmp_path / "r.json", tmp_path / "B.md"
     results.write_text(json.dumps(result))
-    assert compare.main(["--render", "--results", str(results), "--markdown", str(md)]) == 0
+    assert bench_scripts.compare.main(["--render", "--results", str(results), "--markdown", str(md)]) == 0
     assert md.read_text() == text
     assert "ran beside other work, were re-run and are left out" in text
     result["load_average"][0]["other_cores"] = 0.9  # someone else's job ran during a repeat that was used
-    assert "the machine was busy" in compare.render(result)
+    assert "the machine was busy" in render(result)

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from edgebert import EdgebertError, EncoderConfig, HeadConfig, build
-from edgebert.export import OnnxExport, export
-from edgebert.export.bundle import read_bundle, verify_bundle, write_bundle
-from edgebert.export.report import optimal
+from edgebert.export import OnnxExportConfig, export
+from edgebert.pipeline.bundle import read_bundle, verify_bundle, write_bundle
+from edgebert.pipeline.report import optimal
 
 pytest.importorskip("onnx", reason="onnx is not installed (pip install 'edgebert[convert]')")
 
@@ -33,7 +33,7 @@ def inputs(tmp_path_factory, tiny_tokenizer):
     model = build(EncoderConfig(vocab_size=len(tiny_tokenizer), hidden_size=16, num_layers=1, num_heads=2,
                                 intermediate_size=32, max_positions=32), HeadConfig(num_labels=2, labels=LABELS))
     folder = tmp_path_factory.mktemp("bundle_inputs")
-    onnx = export(model, OnnxExport(optimize="none"), out=folder / "model.onnx").path
+    onnx = export(model, OnnxExportConfig(optimize="none"), out=folder / "model.onnx").path
     tokenizer_dir = folder / "tokenizer"
     tiny_tokenizer.save_pretrained(tokenizer_dir)
     enc = tiny_tokenizer(["the cat sat on the mat .", "playing", "cats sat"], padding="max_length", max_length=12)
@@ -128,7 +128,7 @@ def test_failure_mid_write_leaves_nothing_and_keeps_the_old_bundle(inputs, tmp_p
     assert verify_bundle(out)["files"] == before
 
     monkeypatch.undo()
-    monkeypatch.setattr("edgebert.export.report.render", lambda *a: 1 / 0)  # any error, after most files are written
+    monkeypatch.setattr("edgebert.pipeline.report.render", lambda *a: 1 / 0)  # any error, after most files are written
     with pytest.raises(ZeroDivisionError):
         write_bundle(tmp_path / "new", **inputs)
     assert _leftovers(tmp_path) == ["b"]
@@ -163,7 +163,8 @@ def test_tampering_is_detected(inputs, tmp_path):
     with pytest.raises(EdgebertError, match="model.onnx is .* bytes, the manifest says"):
         verify_bundle(out)
     from edgebert.device_tests import HarnessError
-    from edgebert.device_tests.files import sha256, verify
+    from edgebert.device_tests.files import sha256
+    from edgebert.device_tests.manifest import verify
 
     with pytest.raises(HarnessError, match="truncated or stale"):  # the on-device harness reads the same manifest
         verify(str(out / "manifest.json"), str(out / "model.onnx"), sha256(str(out / "model.onnx")), True)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers as T
 
-from edgebert import EdgebertError, Encoder, load, save, save_hf
+from edgebert import EdgebertError, encoder_of, families, load, save, save_hf
 from edgebert.checkpoint import default_checkpoint
 
 SMALL = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -27,7 +27,18 @@ FAMILIES = {
                    T.DistilBertModel, T.DistilBertForSequenceClassification),
     "electra": (lambda: T.ElectraConfig(**SMALL, embedding_size=16), T.ElectraModel,
                 T.ElectraForSequenceClassification),
+    # Rotary, sliding-window layers (1 and 3) and a GeGLU FFN; its classifier head is not mapped.
+    "modernbert": (lambda: T.ModernBertConfig(**{**SMALL, "num_hidden_layers": 4}, pad_token_id=0, local_attention=4,
+                                              global_attn_every_n_layers=2), T.ModernBertModel, None),
 }
+
+
+def _family(case):
+    return families.get("bert" if case == "minilm" else case)
+
+
+def test_every_family_has_a_parity_case():
+    assert {_family(case).name for case in FAMILIES} == set(families.names())
 
 
 def _inputs(family):
@@ -42,10 +53,8 @@ def _inputs(family):
 
 
 def _hf_kwargs(family, ids, mask, types):
-    kw = {"input_ids": ids, "attention_mask": mask}
-    if family != "distilbert":
-        kw["token_type_ids"] = types
-    return kw
+    given = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    return {name: given[name] for name in _family(family).inputs}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -54,16 +63,16 @@ def test_hidden_states_match_transformers(family, tmp_path):
     torch.manual_seed(0)
     hf = bare(make_config()).eval()
     hf.save_pretrained(tmp_path)
-    ours = Encoder.from_pretrained(tmp_path)
+    ours = encoder_of(load(tmp_path))
     ids, mask, types = _inputs(family)
     with torch.no_grad():
         ref = hf(**_hf_kwargs(family, ids, mask, types)).last_hidden_state
         out = ours(ids, mask, types)
     valid = mask.bool()  # RoBERTa numbers padding positions differently; they are masked anyway
-    assert (ref[valid] - out[valid]).abs().max() < 1e-4
+    assert (ref[valid] - out[valid]).abs().max() < _family(family).tolerance
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [f for f, (_, _, classifier) in FAMILIES.items() if classifier])
 def test_logits_match_and_save_hf_round_trips(family, tmp_path):
     make_config, _, classifier = FAMILIES[family]
     torch.manual_seed(0)
@@ -74,7 +83,7 @@ def test_logits_match_and_save_hf_round_trips(family, tmp_path):
     kw = _hf_kwargs(family, ids, mask, types)
     with torch.no_grad():
         ref = hf(**kw).logits
-        assert (ours(ids, mask, types) - ref).abs().max() < 1e-5
+        assert (ours(ids, mask, types) - ref).abs().max() < _family(family).tolerance
         save_hf(ours, tmp_path / "back")
         back = classifier.from_pretrained(tmp_path / "back").eval()
         assert torch.equal(back(**kw).logits, ref)
@@ -86,7 +95,7 @@ def test_real_minilm_matches_transformers():
     batch = tok(["a gripping , funny film", "the plot is thin"], ["second part", "x"], padding=True,
                 return_tensors="pt")
     hf = T.AutoModel.from_pretrained(path).eval()
-    ours = Encoder.from_pretrained(path)
+    ours = encoder_of(load(path))
     with torch.no_grad():
         ref = hf(**batch).last_hidden_state
         out = ours(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])

@@ -1,4 +1,4 @@
-"""Task data: real-file counts, bad rows, token labels, batching, MLM/NSP, eval set, metrics."""
+"""Task data: real-file counts, bad rows, token labels, batching, MLM/NSP, eval set, task metrics."""
 
 import json
 import sys
@@ -22,16 +22,12 @@ from edgebert.data import (
     compute_metrics,
     data_root,
     encode_split,
-    entity_f1,
-    f1,
     load_hf,
     load_table,
     load_task,
     make_loader,
     nsp_pairs,
-    pearson,
     pretokenize_eval,
-    spearman,
 )
 from edgebert.errors import EdgebertError
 
@@ -364,23 +360,12 @@ def test_pretokenize_eval_regression_and_token_labels(tiny_tokenizer):
 # --- metrics -------------------------------------------------------------------------------
 
 
-def test_classification_and_correlation_metrics():
+def test_compute_metrics_picks_the_task_metrics():
     assert compute_metrics("mrpc", [1, 1, 0, 0], [1, 0, 0, 1]) == {"accuracy": 0.5, "f1": 0.5}
-    assert f1([0, 0], [0, 0]) == 0.0
-    x = np.array([1.0, 2.0, 2.0, 3.0, 10.0])
-    y = np.array([2.0, 1.0, 3.0, 3.0, 4.0])
-    assert pearson(x, y) == pytest.approx(0.7335037571219196)  # scipy.stats.pearsonr
-    assert spearman(x, y) == pytest.approx(29 / 38)  # scipy.stats.spearmanr, ties averaged
-
-
-def test_entity_f1_is_conlleval_style():
-    true = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "I-ORG", "I-ORG"]]
-    predicted = [
-        ["B-PER", "I-PER", "O", "B-ORG"],
-        ["I-ORG", "I-ORG", "I-ORG"],
-    ]  # I- after O starts an entity
-    scores = entity_f1(true, predicted)
-    assert scores == {"precision": 2 / 3, "recall": 2 / 3, "entity_f1": pytest.approx(2 / 3)}
-    assert (
-        entity_f1([["B-PER", "I-LOC"]], [["B-PER", "B-LOC"]])["entity_f1"] == 1.0
-    )  # type change splits
+    assert compute_metrics("sst2", [1, 0, 0], [1, 0, 1]) == {"accuracy": pytest.approx(2 / 3), "f1": 2 / 3}
+    scores = compute_metrics("stsb", [1.0, 2.0, 3.0], [1.0, 3.0, 2.0])
+    assert scores == {"pearson": pytest.approx(0.5), "spearman": pytest.approx(0.5)}
+    tags = TASKS["conll2003"].labels
+    gold = np.array([[IGNORE, tags.index("B-PER"), tags.index("I-PER"), IGNORE]])
+    guess = np.array([[0, tags.index("B-PER"), tags.index("I-PER"), tags.index("B-LOC")]])  # IGNORE slots skipped
+    assert compute_metrics("conll2003", guess, gold)["entity_f1"] == 1.0

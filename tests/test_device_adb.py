@@ -9,7 +9,6 @@ import sys
 
 import numpy as np
 import pytest
-from test_device_harness import tiny  # noqa: F401  (the shared session fixture)
 
 from edgebert.bench import bench
 from edgebert.targets import BenchError, parse_benchmark_model
@@ -73,7 +72,7 @@ def adb(tmp_path, monkeypatch):
     return {"phone": phone / "data" / "local" / "tmp" / "edgebert", "tool": tool, "log": phone / "adb.log"}
 
 
-def test_adb_benchmark_model_latency_only(tiny, adb):  # noqa: F811
+def test_adb_benchmark_model_latency_only(tiny, adb):
     report = bench(tiny["bundle"], fmt="tflite", target="adb:emulator-5554", benchmark_model=str(adb["tool"]),
                    threads=2, warmup=3, runs=50)
     (r,) = report["runs"]
@@ -92,16 +91,18 @@ def test_adb_benchmark_model_latency_only(tiny, adb):  # noqa: F811
     assert "-s emulator-5554 push" in adb["log"].read_text()
 
 
-def test_adb_with_remote_python_runs_the_harness(tiny, adb, tmp_path):  # noqa: F811
+def test_adb_with_remote_python_runs_the_harness(tiny, adb, tmp_path):
     report = bench(tiny["bundle"] / "model.onnx", target="adb:emulator-5554", remote_python=sys.executable,
                    warmup=1, runs=5, json_out=tmp_path / "r.json")
     (r,) = report["runs"]
-    assert r["complete"] and r["accuracy"] >= 0 and r["target"] == "adb:emulator-5554"
+    assert r["complete"] and r["target"] == "adb:emulator-5554"
+    assert r["accuracy"] == pytest.approx(tiny["accuracy"])
+    assert r["predictions"] == tiny["reference"].argmax(1).tolist()
     assert (adb["phone"] / "bench" / "device_tests" / "harness.py").exists()
     assert json.loads((tmp_path / "r.json").read_text())["complete"]
 
 
-def test_adb_errors_are_one_line(tiny, adb):  # noqa: F811
+def test_adb_errors_are_one_line(tiny, adb):
     with pytest.raises(BenchError, match="benchmark_model runs .tflite only"):
         bench(tiny["bundle"] / "model.onnx", target="adb:emulator-5554")
     with pytest.raises(BenchError, match="not found"):

@@ -7,7 +7,6 @@ import json
 import shutil
 
 import pytest
-from test_device_harness import tiny  # noqa: F401  (the shared session fixture)
 
 from edgebert.bench import bench, load, register, table, write_report
 from edgebert.targets import BenchError
@@ -20,7 +19,7 @@ def _cli(*argv) -> None:
     args.run(args)
 
 
-def test_cli_benches_a_bundle_and_writes_a_report(tiny, tmp_path, capsys):  # noqa: F811
+def test_cli_benches_a_bundle_and_writes_a_report(tiny, tmp_path, capsys):
     out = tmp_path / "results.json"
     _cli(tiny["bundle"], "--warmup", 1, "--runs", 5, "--json", out)
     printed = capsys.readouterr().out
@@ -32,7 +31,7 @@ def test_cli_benches_a_bundle_and_writes_a_report(tiny, tmp_path, capsys):  # no
     assert "| model.onnx · onnxruntime · local |" in (tmp_path / "results.md").read_text()
 
 
-def test_compare_labels_emulated_runs(tiny, tmp_path):  # noqa: F811
+def test_compare_labels_emulated_runs(tiny, tmp_path):
     native = bench(tiny["bundle"] / "model.onnx", warmup=1, runs=5, json_out=tmp_path / "a.json")["runs"][0]
     emulated = dict(native, emulated=True, target="qemu-aarch64:cortex-a72")
     (tmp_path / "b.json").write_text(json.dumps(emulated))
@@ -51,7 +50,7 @@ def test_compare_refuses_incomplete_results(tmp_path):
         load([tmp_path / "partial.json"])
 
 
-def test_bad_input_is_one_line(tiny, tmp_path):  # noqa: F811
+def test_bad_input_is_one_line(tiny, tmp_path):
     with pytest.raises(BenchError, match="unknown target 'gpu'"):
         bench(tiny["bundle"], target="gpu")
     bundle = tmp_path / "bundle"

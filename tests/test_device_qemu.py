@@ -8,7 +8,6 @@ import shutil
 
 import numpy as np
 import pytest
-from test_device_harness import tiny  # noqa: F401  (the shared session fixture)
 
 from edgebert.bench import bench
 from edgebert.targets import BenchError, Qemu
@@ -22,7 +21,7 @@ def _by_file(report: dict) -> dict:
     return {r["model"]["file"]: r for r in report["runs"]}
 
 
-def test_emulated_arm_matches_x86(tiny):  # noqa: F811
+def test_emulated_arm_matches_x86(tiny):
     """FP32 logits within 1e-4 (ONNX and TFLite) and INT8 TFLite predictions identical."""
     settings = {"logits": True, "warmup": 1, "runs": 3}
     x86 = _by_file(bench(tiny["bundle"], **settings))

@@ -13,8 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
-from test_device_harness import tiny  # noqa: F401  (the shared session fixture)
 
 from edgebert.bench import bench
 from edgebert.targets import BenchError
@@ -90,7 +90,7 @@ def sshd(tmp_path_factory):
     log.close()
 
 
-def test_ssh_runs_the_harness_remotely(tiny, sshd, tmp_path):  # noqa: F811
+def test_ssh_runs_the_harness_remotely(tiny, sshd, tmp_path):
     out = tmp_path / "results.json"
     report = bench(tiny["bundle"], json_out=out, logits=True, **sshd["kwargs"])
     assert report["complete"] and out.exists()
@@ -98,18 +98,19 @@ def test_ssh_runs_the_harness_remotely(tiny, sshd, tmp_path):  # noqa: F811
     assert [r["model"]["file"] for r in runs] == ["model.onnx", "model.tflite"]
     for r in runs:
         assert r["complete"] and r["target"].startswith("ssh://") and not r["emulated"]
-        assert r["model"]["manifest_verified"] and r["accuracy"] >= 0
+        assert r["model"]["manifest_verified"] and r["accuracy"] == pytest.approx(tiny["accuracy"])
+        np.testing.assert_allclose(r["logits"], tiny["reference"], atol=1e-4)
     assert (sshd["dir"] / "remote" / "bench" / "device_tests" / "harness.py").exists()
 
 
-def test_connection_refused(tiny, sshd, tmp_path):  # noqa: F811
+def test_connection_refused(tiny, sshd, tmp_path):
     kwargs = dict(sshd["kwargs"], target=f"ssh://{getpass.getuser()}@127.0.0.1:{_free_port()}")
     with pytest.raises(BenchError, match="connection refused") as e:
         bench(tiny["bundle"] / "model.onnx", json_out=tmp_path / "r.json", **kwargs)
     assert "\n" not in str(e.value) and not (tmp_path / "r.json").exists()
 
 
-def test_link_dropped_mid_run(tiny, sshd, tmp_path):  # noqa: F811
+def test_link_dropped_mid_run(tiny, sshd, tmp_path):
     """Kill the ssh session (and the harness under it) while the timed runs are going."""
     def cut():
         deadline = time.time() + 60
@@ -132,14 +133,14 @@ def test_link_dropped_mid_run(tiny, sshd, tmp_path):  # noqa: F811
     assert "no results" in str(e.value) and not (tmp_path / "r.json").exists()
 
 
-def test_timeout(tiny, sshd, tmp_path):  # noqa: F811
+def test_timeout(tiny, sshd, tmp_path):
     with pytest.raises(BenchError, match="timed out after 2 s during timed runs"):
         bench(tiny["bundle"] / "model.onnx", duration=60, timeout=2, json_out=tmp_path / "r.json",
               **dict(sshd["kwargs"], runs=None))
     assert not (tmp_path / "r.json").exists()
 
 
-def test_remote_disk_full(tiny, sshd, tmp_path):  # noqa: F811
+def test_remote_disk_full(tiny, sshd, tmp_path):
     mnt = tmp_path / "tiny-disk"
     mnt.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=False).returncode:
@@ -152,14 +153,14 @@ def test_remote_disk_full(tiny, sshd, tmp_path):  # noqa: F811
     assert not (tmp_path / "r.json").exists()
 
 
-def test_remote_without_numpy_names_the_fix(tiny, sshd, tmp_path):  # noqa: F811
+def test_remote_without_numpy_names_the_fix(tiny, sshd, tmp_path):
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     with pytest.raises(BenchError, match=r"cannot import numpy .*pip install numpy"):
         bench(tiny["bundle"] / "model.onnx", **dict(sshd["kwargs"], remote_python=str(bare / "bin" / "python")))
 
 
-def test_remote_model_differs_from_manifest(tiny, sshd, tmp_path):  # noqa: F811
+def test_remote_model_differs_from_manifest(tiny, sshd, tmp_path):
     bundle = tmp_path / "bundle"
     shutil.copytree(tiny["bundle"], bundle)
     with open(bundle / "model.tflite", "ab") as f:

@@ -9,8 +9,13 @@ import torch
 
 from edgebert.errors import EdgebertError
 from edgebert.model import EncoderConfig, HeadConfig, build
-from edgebert.export import Budget, InputSpec, OnnxExport, export, load_arrays
-from edgebert.export.data import torch_logits
+from dataclasses import dataclass
+
+from edgebert.config import Config
+from edgebert.device_tests import metrics
+from edgebert.export import Artifact, Budget, InputSpec, OnnxExportConfig, TFLiteExportConfig, export, formats, \
+    load_arrays, torch_logits
+from edgebert.export.onnx import export_onnx, onnx_io
 
 
 def tiny(**overrides):
@@ -29,16 +34,16 @@ def eval_arrays(n=24, t=20, vocab=120, seed=0, labels=2):
 
 
 def test_fused_fp32_matches_pytorch(tmp_path):
-    r = export(tiny(), OnnxExport(), out=tmp_path / "m.onnx", eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
+    r = export(tiny(), OnnxExportConfig(), out=tmp_path / "m.onnx", eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
     assert r.meta["optimization"] == "fused"
     assert {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu"} <= set(r.meta["fused_ops"])
-    assert r.verify["max_abs_diff"] <= 1e-4 and r.verify["agreement"] == 1.0
+    assert r.verification["max_abs_diff"] <= 1e-4 and r.verification["agreement"] == 1.0
     assert json.loads((tmp_path / "m.onnx.verify.json").read_text())["max_abs_diff"] <= 1e-4
     assert json.loads((tmp_path / "m.onnx.meta.json").read_text())["input_dtype"] == "int64"
 
 
 def test_int32_inputs_and_dynamic_axes(tmp_path):
-    r = export(tiny(), OnnxExport(optimize="basic", input_dtype="int32"), out=tmp_path / "m.onnx",
+    r = export(tiny(), OnnxExportConfig(optimize="basic", input_dtype="int32"), out=tmp_path / "m.onnx",
                eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
     graph = onnx.load(str(r.path)).graph
     assert [i.name for i in graph.input] == ["input_ids", "attention_mask", "token_type_ids"]
@@ -50,12 +55,12 @@ def test_int32_inputs_and_dynamic_axes(tmp_path):
 def test_model_without_token_type_ids(tmp_path):
     model = tiny(type_vocab_size=0)
     assert InputSpec.of(model).names == ("input_ids", "attention_mask")
-    r = export(model, OnnxExport(), out=tmp_path / "m.onnx", eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
+    r = export(model, OnnxExportConfig(), out=tmp_path / "m.onnx", eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
     assert r.meta["inputs"] == ["input_ids", "attention_mask"]
 
 
 def test_pruned_heads_verified_fused_or_fallback(tmp_path):
-    r = export(tiny(layer_heads=[4, 2], head_size=8), OnnxExport(), out=tmp_path / "m.onnx", eval_data=eval_arrays(),
+    r = export(tiny(layer_heads=[4, 2], head_size=8), OnnxExportConfig(), out=tmp_path / "m.onnx", eval_data=eval_arrays(),
                budget=Budget(max_abs_diff=1e-4))
     assert r.meta["optimization"] in ("fused", "basic")
     assert r.meta["optimization"] == "fused" or "fusion_fallback" in r.meta
@@ -65,8 +70,8 @@ def test_token_classifier_logits_per_token(tmp_path):
     model = tiny(head=HeadConfig(kind="token-classification", num_labels=5))
     data = eval_arrays()
     data["labels"] = np.where(np.arange(20)[None] < data["lengths"][:, None], 1, -100)
-    r = export(model, OnnxExport(), out=tmp_path / "m.onnx", eval_data=data, budget=Budget(max_abs_diff=1e-4))
-    assert r.verify["metric"] == "accuracy"
+    r = export(model, OnnxExportConfig(), out=tmp_path / "m.onnx", eval_data=data, budget=Budget(max_abs_diff=1e-4))
+    assert r.verification["metric"] == "accuracy"
     assert torch_logits(model, load_arrays(data), InputSpec()).shape == (24, 20, 5)
 
 
@@ -78,7 +83,7 @@ class Eigh(torch.nn.Module):
 
 def test_unsupported_op_is_one_line_and_leaves_nothing(tmp_path):
     with pytest.raises(EdgebertError) as e:
-        export(Eigh(), OnnxExport(), out=tmp_path / "m.onnx")
+        export(Eigh(), OnnxExportConfig(), out=tmp_path / "m.onnx")
     assert "linalg_eigh" in str(e.value) and "\n" not in str(e.value)
     assert list(tmp_path.iterdir()) == []
 
@@ -90,17 +95,68 @@ def test_unsupported_op_is_one_line_and_leaves_nothing(tmp_path):
 ])
 def test_bad_eval_set(tmp_path, bad, message):
     with pytest.raises(EdgebertError, match=message):
-        export(tiny(), OnnxExport(), out=tmp_path / "m.onnx", eval_data=bad)
+        export(tiny(), OnnxExportConfig(), out=tmp_path / "m.onnx", eval_data=bad)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_config_and_suffix(tmp_path):
     with pytest.raises(EdgebertError, match="input_dtype"):
-        OnnxExport(input_dtype="float32")
+        OnnxExportConfig(input_dtype="float32")
     with pytest.raises(EdgebertError, match="name the output"):
-        export(tiny(), OnnxExport(), out=tmp_path / "m.tflite")
+        export(tiny(), OnnxExportConfig(), out=tmp_path / "m.tflite")
 
 
 def test_budget_violation_names_the_limit(tmp_path):
     with pytest.raises(EdgebertError, match="agreement"):
-        export(tiny(), OnnxExport(), out=tmp_path / "m.onnx", eval_data=eval_arrays(), budget=Budget(min_agreement=1.01))
+        export(tiny(), OnnxExportConfig(), out=tmp_path / "m.onnx", eval_data=eval_arrays(), budget=Budget(min_agreement=1.01))
+
+
+def test_artifact_runs_and_verifies_itself(tmp_path):
+    model, data = tiny(), eval_arrays()
+    artifact = export(model, OnnxExportConfig(), out=tmp_path / "m.onnx")
+    assert artifact.verification is None and not (tmp_path / "m.onnx.verify.json").exists()
+    reference = torch_logits(model, load_arrays(data), InputSpec())
+    np.testing.assert_allclose(Artifact(artifact.path).run(data), reference, atol=1e-4)
+    result = artifact.verify(data, reference, budget=Budget(max_abs_diff=1e-4))
+    assert artifact.verification == result == json.loads((tmp_path / "m.onnx.verify.json").read_text())
+    # the metric is a fraction, the same number the device harness computes
+    assert result["metric"] == "accuracy" and result["value"] == metrics.accuracy(reference.argmax(-1), data["labels"])
+
+
+def test_metric_drop_is_a_fraction_printed_in_points(tmp_path):
+    model, data = tiny(), eval_arrays()
+    artifact = export(model, OnnxExportConfig(), out=tmp_path / "m.onnx")
+    reference = torch_logits(model, load_arrays(data), InputSpec())
+    data["labels"] = reference[:, ::-1].argmax(-1)  # the reference is always right, the file always wrong
+    with pytest.raises(EdgebertError, match=r"accuracy drop 100\.00 points > 50"):
+        artifact.verify(data, reference[:, ::-1].copy(), budget=Budget(max_metric_drop=0.5))
+    result = json.loads((tmp_path / "m.onnx.verify.json").read_text())
+    assert result["value"] == 0.0 and result["reference_value"] == 1.0 and result["metric_drop"] == 1.0
+
+
+def test_formats_are_looked_up_by_name_suffix_and_config(tmp_path):
+    assert [f.name for f in formats.all_formats()] == ["onnx", "tflite"]
+    assert formats.of_path("a/m.onnx") is formats.get("onnx") is formats.of_config(OnnxExportConfig())
+    assert formats.of_config(TFLiteExportConfig()).suffix == ".tflite" and formats.of_path("m.bin") is None
+    with pytest.raises(EdgebertError, match="unknown format 'coreml'"):
+        formats.get("coreml")
+    with pytest.raises(EdgebertError, match="cannot run m.bin: expected a .onnx or .tflite file"):
+        Artifact("m.bin").run(eval_arrays())
+    with pytest.raises(EdgebertError, match="export config Budget: use one of"):
+        export(tiny(), Budget(), out=tmp_path / "m.onnx")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Int32OnnxConfig(Config):
+    pass
+
+
+def test_a_new_format_is_one_registration(tmp_path, monkeypatch):
+    """export, Artifact.run and verification dispatch through the registry alone."""
+    fmt = formats.Format(name="onnx32", suffix=".o32", config=Int32OnnxConfig, backend="onnxruntime", io=onnx_io,
+                         exporter=lambda m, c, spec, out: export_onnx(m, OnnxExportConfig(input_dtype="int32"), spec, out),
+                         input_dtype="int32")
+    monkeypatch.setitem(formats._FORMATS, fmt.name, fmt)
+    r = export(tiny(), Int32OnnxConfig(), out=tmp_path / "m.o32", eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
+    assert r.format is fmt and r.meta["input_dtype"] == "int32" and r.verification["agreement"] == 1.0
+    assert fmt.io(r.path)["inputs"]["input_ids"] == {"dtype": "int32", "shape": ["batch", "sequence"]}

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import torch
 
+from edgebert.device_tests import HarnessError
+from edgebert.device_tests.backends import pick_signature
 from edgebert.errors import EdgebertError
 from edgebert.model import EncoderConfig, HeadConfig, build
-from edgebert.export import TFLiteExport, export, pick_signature
-from edgebert.export.runtime import TFLiteModel
+from edgebert.export import Artifact, TFLiteExportConfig, export, formats
 from edgebert.export.tflite import fp16
 
 SEQ = (8, 16)
@@ -23,14 +24,20 @@ def model():
 @pytest.fixture(scope="module")
 def exported(model, tmp_path_factory):
     out = tmp_path_factory.mktemp("tflite") / "m.tflite"
-    return export(model, TFLiteExport(seq_lens=SEQ), out=out)
+    return export(model, TFLiteExportConfig(seq_lens=SEQ), out=out)
+
+
+def one(ids):
+    """One example as the eval-set arrays Artifact.run takes."""
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids),
+            "lengths": np.array([ids.shape[1]])}
 
 
 def test_signatures_and_names(exported):
-    m = TFLiteModel(exported.path)
+    m = formats.get("tflite").open(exported.path)
     assert sorted(m.interpreter.get_signature_list()) == ["seq_16", "seq_8"]
     for t in SEQ:
-        runner = m.runners[t]
+        runner = m.signatures[t].runner
         assert sorted(runner.get_input_details()) == ["attention_mask", "input_ids", "token_type_ids"]
         assert all(d["dtype"] == np.int32 and list(d["shape"]) == [1, t] for d in runner.get_input_details().values())
         assert list(runner.get_output_details()) == ["logits"]
@@ -41,10 +48,11 @@ def test_signatures_and_names(exported):
 def test_bucketed_logits_match_unpadded_pytorch(model, exported, length):
     rng = np.random.default_rng(length)
     ids = rng.integers(1, 120, (1, length)).astype(np.int32)
-    feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-    got = TFLiteModel(exported.path)(feed, length)
+    feed = one(ids)
+    got = exported.run(feed)
     with torch.no_grad():
-        want = model(**{k: torch.from_numpy(v).long() for k, v in feed.items()}).numpy()
+        want = model(**{k: torch.from_numpy(feed[k]).long() for k in ("input_ids", "attention_mask",
+                                                                        "token_type_ids")}).numpy()
     np.testing.assert_allclose(got, want, atol=1e-4)
 
 
@@ -52,20 +60,24 @@ def test_fp16_weights_close(exported, tmp_path):
     path = tmp_path / "h.tflite"
     path.write_bytes(fp16(exported.path.read_bytes()))
     assert path.stat().st_size < exported.path.stat().st_size
-    ids = np.arange(1, 11, dtype=np.int32)[None]
-    feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-    np.testing.assert_allclose(TFLiteModel(path)(feed, 10), TFLiteModel(exported.path)(feed, 10), atol=1e-2)
+    feed = one(np.arange(1, 11, dtype=np.int32)[None])
+    np.testing.assert_allclose(Artifact(path).run(feed), exported.run(feed), atol=1e-2)
 
 
 def test_pick_signature():
     assert pick_signature(1, [16, 32]) == 16 and pick_signature(17, [16, 32]) == 32
-    with pytest.raises(EdgebertError, match="exceeds the longest signature seq_32"):
+    with pytest.raises(HarnessError, match="exceeds the longest signature seq_32"):
         pick_signature(33, [16, 32])
+
+
+def test_input_longer_than_every_signature_is_one_error(exported):
+    with pytest.raises(EdgebertError, match="input of 17 tokens exceeds the longest signature seq_16"):
+        exported.run(one(np.ones((1, 17), dtype=np.int32)))
 
 
 def test_lengths_beyond_positions_fail_before_converting(model, tmp_path):
     with pytest.raises(EdgebertError, match="exceed the model's 32 positions"):
-        export(model, TFLiteExport(seq_lens=(16, 64)), out=tmp_path / "m.tflite")
+        export(model, TFLiteExportConfig(seq_lens=(16, 64)), out=tmp_path / "m.tflite")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(EdgebertError, match="precision"):
-        TFLiteExport(precision="int8")
+        TFLiteExportConfig(precision="int8")

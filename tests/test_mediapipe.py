@@ -15,10 +15,9 @@ import pytest
 import torch
 
 from edgebert import EdgebertError, EncoderConfig, HeadConfig, build
-from edgebert.export import TFLiteExport, export
-from edgebert.export.bundle import read_bundle, write_bundle
+from edgebert.export import Artifact, TFLiteExportConfig, export
+from edgebert.pipeline.bundle import read_bundle, write_bundle
 from edgebert.export.mediapipe import add_metadata, min_parser_version
-from edgebert.export.runtime import TFLiteModel
 
 pytest.importorskip("mediapipe", reason="mediapipe is not installed (pip install 'edgebert[mediapipe]')")
 pytest.importorskip("litert_torch", reason="litert-torch is not installed (pip install 'edgebert[convert]')")
@@ -65,7 +64,7 @@ def bundle(tmp_path_factory, tokenizer, sentences):
         margin = (logits[:, 1] - logits[:, 0]).sort().values
         model.classifier.bias[1] -= (margin[N // 2 - 1] + margin[N // 2]) / 2  # half the sentences each way
     folder = tmp_path_factory.mktemp("mediapipe")
-    tflite = export(model, TFLiteExport(seq_lens=SEQ_LENS), out=folder / "model.tflite").path
+    tflite = export(model, TFLiteExportConfig(seq_lens=SEQ_LENS), out=folder / "model.tflite").path
     arrays["labels"] = np.zeros(N, dtype=np.int64)
     return write_bundle(folder / "bundle", models={"model.tflite": tflite}, tokenizer_dir=minilm.get_model_path(),
                         labels=LABELS, eval_arrays=arrays, manifest={"task": "sst2"}, mediapipe=True)
@@ -91,9 +90,7 @@ def test_mediapipe_text_classifier_agrees_with_litert(bundle, tokenizer, sentenc
     same_file = np.concatenate([runner(**{k: arrays[k][i:i + 1] for k in INPUTS})["logits"] for i in range(N)])
     np.testing.assert_allclose(mp, same_file, rtol=1e-4, atol=1e-4)  # MediaPipe's token ids are HF's
 
-    buckets = TFLiteModel(bundle / "model.tflite")  # the multi-signature file, smallest bucket per sentence
-    multi = np.concatenate([buckets({k: v[i:i + 1] for k, v in arrays.items()}, int(arrays["lengths"][i]))
-                            for i in range(N)])
+    multi = Artifact(bundle / "model.tflite").run(arrays)  # the multi-signature file, smallest bucket per sentence
     labels = mp.argmax(1)
     assert 0 < labels.sum() < N, "the test model should predict both labels on these sentences"
     assert (multi.argmax(1) == labels).all()

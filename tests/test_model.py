@@ -118,3 +118,87 @@ def test_cli_bad_input_is_one_line(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "no checkpoint at" in result.stderr
+
+
+def test_encoder_of_is_the_one_way_to_the_encoder():
+    from edgebert import encoder_of
+
+    encoder = Encoder(EncoderConfig(**TINY))
+    classifier = build(EncoderConfig(**TINY), HeadConfig())
+    assert encoder_of(encoder) is encoder and encoder_of(classifier) is classifier.encoder
+    with pytest.raises(EdgebertError, match="Linear is not an edgebert model"):
+        encoder_of(torch.nn.Linear(2, 2))
+
+
+def test_the_layer_view_reads_and_replaces_parts_by_role():
+    from edgebert.model import blocks, embeddings
+
+    model = build(EncoderConfig(**{**TINY, "num_layers": 3}, attention_groups=[0, 0, 1]), HeadConfig())
+    layers = blocks(model)
+    assert [b.index for b in layers] == [0, 1, 2] and layers[0].heads == 4
+    assert (layers[0].query.out_features, layers[0].attention_out.in_features) == (16, 16)
+    assert (layers[1].ffn_in.out_features, layers[1].ffn_out.in_features) == (32, 32)
+    assert layers[0].query is layers[1].query and layers[1].query is not layers[2].query  # shared attention
+    assert layers[0].attention_norm.normalized_shape == layers[0].ffn_norm.normalized_shape == (16,)
+    wider = torch.nn.Linear(16, 40)
+    layers[2].ffn_in = wider  # assigning a role replaces the module inside the model
+    assert model.encoder.encoder.layer[2].intermediate.dense is wider
+    layers[2].set_units(layers[0].units("ffn"))
+    assert blocks(model)[2].ffn_in is layers[0].ffn_in
+    emb = embeddings(model)
+    assert emb.word.num_embeddings == 60 and emb.position.num_embeddings == 24 and emb.token_type is not None
+    assert emb.norm is model.encoder.embeddings.LayerNorm and emb.projection is None
+
+
+def test_rotary_scores_depend_only_on_relative_position():
+    from edgebert.model import Rotary
+
+    torch.manual_seed(0)
+    rotary = Rotary(8, 10000.0)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+    line = lambda v: v.expand(1, 1, 10, 8)  # the same vector at positions 0..9
+    scores = rotary(line(q)) @ rotary(line(k)).transpose(-1, -2)  # [.., query pos, key pos]
+    assert torch.allclose(scores[0, 0, 2, 5], scores[0, 0, 6, 9], atol=1e-5)  # offset 3 both times
+    assert not torch.allclose(scores[0, 0, 2, 5], scores[0, 0, 2, 6], atol=1e-3)
+
+
+def test_sliding_window_masks_far_keys_and_padding():
+    from edgebert.model import SlidingWindow, attention_bias
+
+    bias = SlidingWindow(4)(attention_bias(torch.tensor([[1, 1, 1, 1, 1, 0]]), torch.float32))[0, 0]
+    allowed = bias == 0
+    assert allowed[2].tolist() == [True, True, True, True, True, False]  # ±2 around 2, padding masked
+    assert allowed[0].tolist() == [True, True, True, False, False, False]
+
+
+def test_modernbert_layout_layers_and_gated_ffn_surgery():
+    from edgebert.model import blocks
+    from edgebert.passes.surgery import remove_neurons
+
+    torch.manual_seed(0)
+    config = EncoderConfig(**{**TINY, "num_layers": 3}, type_vocab_size=0, pre_ln=True, position="rotary",
+                           attention_window=4, global_every=2, gated_ffn=True, bias=False, first_attention_norm=False)
+    model = Encoder(config).eval()
+    layers = blocks(model)
+    assert [b.module.attention.self.window is not None for b in layers] == [False, True, False]
+    assert layers[0].attention_norm is None and layers[1].attention_norm is not None
+    assert layers[0].ffn_gate.out_features == 32 and layers[0].query.bias is None
+    assert model.embeddings.position_embeddings is None
+    with torch.no_grad():
+        layers[1].ffn_out.weight[:, 7] = 0  # neuron 7 of layer 1 contributes nothing
+        ids = torch.randint(1, 60, (2, 9))
+        before = model(ids)
+        remove_neurons(model, {1: [7]})
+        assert blocks(model)[1].ffn_gate.out_features == 31 and model.config.layer_ffn == [32, 31, 32]
+        assert torch.allclose(model(ids), before, atol=1e-6)
+
+
+def test_removing_layers_keeps_the_global_attention_pattern():
+    from edgebert.passes.surgery import remove_layers
+
+    config = EncoderConfig(**{**TINY, "num_layers": 4}, pre_ln=True, position="rotary", attention_window=4,
+                           global_every=2, first_attention_norm=False)
+    with pytest.raises(EdgebertError, match="global-attention layers"):
+        remove_layers(Encoder(config), [1])  # layer 2 (global) would become layer 1 (local)
+    kept = remove_layers(Encoder(config), [2, 3])
+    assert kept.config.num_layers == 2 and kept.encoder.layer[1].attention.self.window is not None

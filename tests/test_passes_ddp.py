@@ -9,20 +9,20 @@ import sys
 from pathlib import Path
 
 import torch
-from test_passes_support import tiny_data, tiny_model
+from conftest import tiny_data, tiny_model
 
-from edgebert.passes import DistillConfig, FinetuneConfig, TrainConfig, distill, finetune, init_student
+from edgebert.data import TaskData
+from edgebert.passes import DistillConfig, FinetuneConfig, TrainConfig, distill, finetune
 
 
 def losses(cache: str) -> dict[str, list[float]]:
     """Per-step losses of short runs; the global batch is 16 whatever the process count."""
     torch.set_num_threads(1)
     train = TrainConfig(steps=5, batch_size=16, lr=3e-3, eval_every=1, progress=False)
-    data = tiny_data(96)
-    _, tuned = finetune(tiny_model(), data, config=FinetuneConfig(train))
-    teacher = tiny_model()
-    _, distilled = distill(init_student(teacher, num_layers=2), teacher, data,
-                           config=DistillConfig(train, hidden_weight=1.0, cache_dir=cache))
+    data = TaskData(tiny_data(96))
+    tuned = finetune(tiny_model(), FinetuneConfig(train=train), data).record
+    distilled = distill(tiny_model(), DistillConfig(train=train, layers=2, hidden_weight=1.0, cache_dir=cache),
+                        data).record
     return {name: [loss for _, loss, _ in record.details["history"]]
             for name, record in (("finetune", tuned), ("distill", distilled))}
 

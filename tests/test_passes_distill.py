@@ -4,12 +4,14 @@ import copy
 
 import pytest
 import torch
-from test_passes_support import batch_of, roundtrip, sentences, tiny_data, tiny_model
+from conftest import batch_of, roundtrip, sentences, tiny_data, tiny_model
 
+from edgebert.data import TaskData
 from edgebert.errors import EdgebertError
 from edgebert.model import HeadConfig, build
-from edgebert.passes import DistillConfig, TeacherCache, TrainConfig, distill, init_student, pretraining_data
-from edgebert.passes.distill import DistillObjective, default_layers, resolve_layer_map
+from edgebert.passes import DistillConfig, TeacherCache, TrainConfig, distill, mlm_accuracy, pretraining_data
+from edgebert.passes.distill import DistillObjective
+from edgebert.passes.student import default_layers, init_student, resolve_layer_map
 from edgebert.passes.train import collate
 
 
@@ -21,25 +23,25 @@ def config(**kw):
 def test_student_takes_every_kth_layer_and_the_largest_heads():
     teacher = tiny_model(num_layers=4)
     assert default_layers(2, 4) == [2, 4] and default_layers(4, 6) == [2, 3, 5, 6]
-    student = init_student(teacher, num_layers=2)
+    student = init_student(teacher, layers=2)
     assert student.config.num_layers == 2 and teacher.config.num_layers == 4
     for s, t in zip(student.encoder.encoder.layer, [teacher.encoder.encoder.layer[i] for i in (1, 3)]):
         assert torch.equal(s.attention.self.query.weight, t.attention.self.query.weight)
-    narrow = init_student(teacher, layers=[1, 4], heads=2, ffn=16)
+    narrow = init_student(teacher, keep_layers=[1, 4], heads=2, ffn=16)
     assert narrow.config.layer_heads == [2, 2] and narrow.config.layer_ffn == [16, 16]
     assert narrow.encoder.encoder.layer[0].attention.self.query.weight.shape == (2 * 8, 32)
 
 
 def test_cache_is_computed_once_and_reused(tmp_path):
     teacher, data = tiny_model(), tiny_data(48)
-    students = [init_student(teacher, num_layers=2) for _ in range(2)]
+    students = [init_student(teacher, layers=2) for _ in range(2)]
     calls = {"n": 0}
     teacher.register_forward_hook(lambda *a: calls.__setitem__("n", calls["n"] + 1))
     cfg = config(hidden_weight=1.0, cache_dir=str(tmp_path / "cache"))
-    _, first = distill(students[0], teacher, data, config=cfg)
+    first = distill(students[0], cfg, TaskData(data), teacher=teacher).record
     computed = calls["n"]
     assert computed > 0
-    _, second = distill(students[1], teacher, data, config=cfg)
+    second = distill(students[1], cfg, TaskData(data), teacher=teacher).record
     assert calls["n"] == computed  # the second student never ran the teacher
     assert first.details["teacher_cache"] == second.details["teacher_cache"]
     assert len(list((tmp_path / "cache").iterdir())) == 1
@@ -47,7 +49,7 @@ def test_cache_is_computed_once_and_reused(tmp_path):
 
 def test_cached_and_online_teacher_give_the_same_loss(tmp_path):
     teacher, data = tiny_model(), tiny_data(24)
-    student = init_student(teacher, num_layers=2)
+    student = init_student(teacher, layers=2)
     cfg = config(hidden_weight=1.0)
     layer_map = resolve_layer_map(student, teacher, None)
     cache = TeacherCache.build(teacher, data, sorted(layer_map.values()), tmp_path, progress=False)
@@ -76,7 +78,7 @@ def test_narrower_hidden_student_gets_a_projection(tmp_path):
     cfg = config(hidden_weight=1.0, value_weight=1.0, relation_heads=2, cache_dir=str(tmp_path))
     objective = DistillObjective(student, teacher, cfg, resolve_layer_map(student, teacher, None), None)
     assert set(objective.projections) == {"1", "2"}
-    student, record = distill(student, teacher, data, data[:16], config=cfg)
+    record = distill(student, cfg, TaskData(data, data[:16]), teacher=teacher).record
     assert "accuracy" in record.metrics
     roundtrip(student, tmp_path)
 
@@ -91,8 +93,9 @@ def test_distilled_student_learns_the_teacher(tmp_path):
         return float((student(ids, mask, types) - teacher(ids, mask, types)).abs().mean())
 
     before = gap()
-    student, _ = distill(student, teacher, data, config=config(train={"steps": 30, "lr": 3e-3}), work_dir=tmp_path)
-    assert gap() < before
+    trained = distill(student, config(train={"steps": 30, "lr": 3e-3}), TaskData(data), teacher=teacher,
+                      work_dir=tmp_path).model
+    assert trained is student and gap() < before
     roundtrip(student, tmp_path)
 
 
@@ -100,17 +103,26 @@ def test_task_agnostic_mlm_distillation(tiny_tokenizer, tmp_path):
     texts = sentences(40)
     data = pretraining_data(tiny_tokenizer, texts, max_length=24)
     teacher = tiny_model("masked-lm", vocab_size=len(tiny_tokenizer))
-    student = init_student(teacher, num_layers=2)
-    student, record = distill(student, teacher, data, data[:16], tokenizer=tiny_tokenizer,
-                              config=config(label_weight=1.0, hidden_weight=1.0, attention_weight=1.0))
-    assert 0 <= record.metrics["mlm_accuracy"] <= 1 and record.details["teacher_cache"] is None
+    result = distill(teacher, config(layers=2, label_weight=1.0, hidden_weight=1.0, attention_weight=1.0),
+                     TaskData(data, data[:16], tiny_tokenizer))  # the student is made from the teacher
+    student, record = result.model, result.record
+    assert student.config.num_layers == 2 and teacher.config.num_layers == 4
+    assert record.metrics == pytest.approx(mlm_accuracy(student, data[:16], tiny_tokenizer))  # of the returned model
+    assert record.details["teacher_cache"] is None
     roundtrip(student, tmp_path)
     with pytest.raises(EdgebertError, match="tokenizer="):
-        distill(student, teacher, data, config=config())
+        distill(student, config(), TaskData(data), teacher=teacher)
 
 
 def test_mismatched_pairs_are_refused():
+    data = TaskData(tiny_data(16))
     with pytest.raises(EdgebertError, match="same head"):
-        distill(tiny_model(), tiny_model("token-classification", 3), tiny_data(16), config=config())
+        distill(tiny_model(), config(), data, teacher=tiny_model("token-classification", 3))
     with pytest.raises(EdgebertError, match="out of range"):
-        distill(tiny_model(), tiny_model(), tiny_data(16), config=config(hidden_weight=1, layer_map={9: 1}))
+        distill(tiny_model(), config(hidden_weight=1, layer_map={9: 1}), data, teacher=tiny_model())
+    with pytest.raises(EdgebertError, match="needs a teacher"):
+        distill(tiny_model(), config(), data)
+    with pytest.raises(EdgebertError, match="drop teacher="):
+        distill(tiny_model(), config(layers=2), data, teacher=tiny_model())
+    with pytest.raises(EdgebertError, match="temperature must be positive"):
+        config(temperature=0)

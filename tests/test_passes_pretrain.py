@@ -2,22 +2,23 @@
 
 import pytest
 import torch
-from test_passes_support import roundtrip, sentences, tiny_model
+from conftest import roundtrip, sentences, tiny_model
 
+from edgebert.data import TaskData
 from edgebert.errors import EdgebertError
 from edgebert.passes import PretrainConfig, TrainConfig, mlm_accuracy, pretrain, pretraining_data
 from edgebert.passes.pretrain import mlm_collate
 
 
 def config(**kw):
-    return PretrainConfig(TrainConfig(**{"steps": 6, "batch_size": 8, "lr": 3e-3, "progress": False, **kw}))
+    return PretrainConfig(train=TrainConfig(**{"steps": 6, "batch_size": 8, "lr": 3e-3, "progress": False, **kw}))
 
 
 def test_mlm_pretraining_improves_masked_accuracy(tiny_tokenizer, tmp_path):
     data = pretraining_data(tiny_tokenizer, sentences(96), max_length=24)
     model = tiny_model("masked-lm", vocab_size=len(tiny_tokenizer))
     before = mlm_accuracy(model, data[:32], tiny_tokenizer)["mlm_loss"]
-    model, record = pretrain(model, data, data[:32], tokenizer=tiny_tokenizer, config=config(steps=30, eval_every=15))
+    record = pretrain(model, config(steps=30, eval_every=15), TaskData(data, data[:32], tiny_tokenizer)).record
     assert record.metrics["mlm_loss"] < before and 0 <= record.metrics["mlm_accuracy"] <= 1
     roundtrip(model, tmp_path)
 
@@ -36,7 +37,7 @@ def test_nsp_head_trains_on_sentence_pairs_and_resumes(tiny_tokenizer, tmp_path)
     assert {item["nsp_label"] for item in data} == {0, 1} and max(data[0]["token_type_ids"]) == 1
     build = lambda: tiny_model("masked-lm", vocab_size=len(tiny_tokenizer), nsp=True)
 
-    whole, _ = pretrain(build(), data, tokenizer=tiny_tokenizer, config=config(save_every=2))
+    whole = pretrain(build(), config(save_every=2), TaskData(data, tokenizer=tiny_tokenizer)).model
     interrupted, calls = build(), []
 
     def die_in_step_4(*_):
@@ -46,8 +47,8 @@ def test_nsp_head_trains_on_sentence_pairs_and_resumes(tiny_tokenizer, tmp_path)
 
     interrupted.register_forward_hook(die_in_step_4)
     with pytest.raises(KeyboardInterrupt):
-        pretrain(interrupted, data, tokenizer=tiny_tokenizer, config=config(save_every=2), work_dir=tmp_path)
-    resumed, _ = pretrain(build(), data, tokenizer=tiny_tokenizer, config=config(save_every=2), work_dir=tmp_path)
+        pretrain(interrupted, config(save_every=2), TaskData(data, tokenizer=tiny_tokenizer), work_dir=tmp_path)
+    resumed = pretrain(build(), config(save_every=2), TaskData(data, tokenizer=tiny_tokenizer), work_dir=tmp_path).model
     for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-6)
     roundtrip(whole, tmp_path)
@@ -55,8 +56,10 @@ def test_nsp_head_trains_on_sentence_pairs_and_resumes(tiny_tokenizer, tmp_path)
 
 def test_pretrain_refuses_what_it_cannot_train(tiny_tokenizer):
     with pytest.raises(EdgebertError, match="needs a MaskedLM"):
-        pretrain(tiny_model(), [], tokenizer=tiny_tokenizer)
+        pretrain(tiny_model(), config(), TaskData([], tokenizer=tiny_tokenizer))
     data = pretraining_data(tiny_tokenizer, sentences(16), max_length=24)
     with pytest.raises(EdgebertError, match="sentence pairs"):
-        pretrain(tiny_model("masked-lm", vocab_size=len(tiny_tokenizer), nsp=True), data, tokenizer=tiny_tokenizer,
-                 config=config())
+        pretrain(tiny_model("masked-lm", vocab_size=len(tiny_tokenizer), nsp=True), config(),
+                 TaskData(data, tokenizer=tiny_tokenizer))
+    with pytest.raises(EdgebertError, match="tokenizer="):
+        pretrain(tiny_model("masked-lm", vocab_size=len(tiny_tokenizer)), config(), TaskData(data))

@@ -2,8 +2,9 @@
 
 import pytest
 import torch
-from test_passes_support import batch_of, roundtrip, tiny_data, tiny_model
+from conftest import batch_of, roundtrip, tiny_data, tiny_model
 
+from edgebert.data import TaskData
 from edgebert.errors import EdgebertError
 from edgebert.passes import (
     DistillConfig,
@@ -20,6 +21,10 @@ from edgebert.passes import (
 from edgebert.stats import flops
 
 D = 8  # head size of the tiny model
+
+
+def _run(result):
+    return result.model, result.record
 
 
 def outputs(model, items):
@@ -71,26 +76,26 @@ def test_remove_layers_and_limits():
 def test_prune_in_rounds_with_recovery_resumes_and_exports(tmp_path):
     data = tiny_data(64)
     cfg = PruneConfig(heads=0.5, ffn=0.5, layers=1, per_layer=True, rounds=2, sample_batches=2, batch_size=16,
-                      recovery=DistillConfig(TrainConfig(steps=4, batch_size=16, progress=False, eval_every=2)))
-    model, record = prune(tiny_model(), data, data[:16], config=cfg, work_dir=tmp_path / "w")
+                      recovery=DistillConfig(train=TrainConfig(steps=4, batch_size=16, progress=False, eval_every=2)))
+    model, record = _run(prune(tiny_model(), cfg, TaskData(data, data[:16]), work_dir=tmp_path / "w"))
     assert record.details["after"] == {"layers": 3, "heads": [2, 2, 2], "ffn": [32, 32, 32]}
     assert [r["heads"] for r in record.details["rounds"]] == [[3, 3, 3, 3], [2, 2, 2]]
     assert record.params < record.details["before"]["params"] and record.steps == 8
-    again, rerun = prune(tiny_model(), data, data[:16], config=cfg, work_dir=tmp_path / "w")  # finished: reloads
+    again, rerun = _run(prune(tiny_model(), cfg, TaskData(data, data[:16]), work_dir=tmp_path / "w"))  # reloads
     assert rerun.details["after"] == record.details["after"]
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
     roundtrip(model, tmp_path)
 
 
 def test_budgets_and_global_ranking():
-    data = tiny_data(32)
+    data = TaskData(tiny_data(32))
     target = int(0.6 * flops(tiny_model().config, 64, 2))  # the tiny model's longest input is 64
-    model, record = prune(tiny_model(), data, config=PruneConfig(flops=target, recovery=None, sample_batches=2))
+    model, record = _run(prune(tiny_model(), PruneConfig(flops=target, recovery=None, sample_batches=2), data))
     assert record.flops_128 <= target and min(model.config.layer_heads) >= 1
-    model, record = prune(tiny_model(), data, config=PruneConfig(params=30_000, recovery=None, sample_batches=2))
+    model, record = _run(prune(tiny_model(), PruneConfig(params=30_000, recovery=None, sample_batches=2), data))
     assert record.params <= 30_000
     with pytest.raises(EdgebertError, match="cannot be met"):
-        prune(tiny_model(), data, config=PruneConfig(params=1_000, recovery=None))
+        prune(tiny_model(), PruneConfig(params=1_000, recovery=None), data)
     with pytest.raises(EdgebertError, match="fraction"):
         PruneConfig(heads=1.0)
 
@@ -99,6 +104,6 @@ def test_unstructured_pruning_is_size_only():
     model = tiny_model()
     sparsity = magnitude_prune(model, 0.5)
     assert 0.49 < sparsity < 0.52
-    model, record = prune(tiny_model(), tiny_data(32), config=PruneConfig(unstructured=0.3, recovery=None))
+    record = prune(tiny_model(), PruneConfig(unstructured=0.3, recovery=None), TaskData(tiny_data(32))).record
     assert record.details["unstructured_sparsity"] >= 0.3
     assert record.flops_128 == flops(tiny_model().config, 64, 2) and "FLOPs" in record.details["note"]

@@ -4,8 +4,9 @@ import copy
 
 import pytest
 import torch
-from test_passes_support import batch_of, roundtrip, tiny_data, tiny_model
+from conftest import batch_of, roundtrip, tiny_data, tiny_model
 
+from edgebert.data import TaskData
 from edgebert.errors import EdgebertError
 from edgebert.passes import (
     DistillConfig,
@@ -119,9 +120,10 @@ def test_share_pass_records_size_not_flops_and_recovers(tmp_path):
     data = tiny_data(64)
     teacher = tiny_model()
     cfg = ShareConfig(group_size=2, init="best", embedding_size=16,
-                      recovery=DistillConfig(TrainConfig(steps=4, batch_size=16, progress=False), hidden_weight=1.0,
-                                             cache_dir=str(tmp_path / "cache")))
-    model, record = share(copy.deepcopy(teacher), data, data[:16], config=cfg, teacher=teacher, work_dir=tmp_path / "w")
+                      recovery=DistillConfig(train=TrainConfig(steps=4, batch_size=16, progress=False),
+                                             hidden_weight=1.0, cache_dir=str(tmp_path / "cache")))
+    result = share(copy.deepcopy(teacher), cfg, TaskData(data, data[:16]), teacher=teacher, work_dir=tmp_path / "w")
+    model, record = result.model, result.record
     before = record.details["before"]
     assert record.params < before["params"] and record.bytes < before["bytes"]
     assert record.details["saved_params"] == before["params"] - record.params

@@ -2,15 +2,16 @@
 
 import pytest
 import torch
-from test_passes_support import roundtrip, tiny_data, tiny_model
+from conftest import roundtrip, tiny_data, tiny_model
 
 from edgebert.errors import EdgebertError
+from edgebert.data import TaskData
 from edgebert.passes import FinetuneConfig, TrainConfig, finetune
 from edgebert.passes.train import param_groups
 
 
 def config(**kw):
-    return FinetuneConfig(TrainConfig(**{"steps": 12, "batch_size": 8, "lr": 3e-3, "progress": False, **kw}))
+    return FinetuneConfig(train=TrainConfig(**{"steps": 12, "batch_size": 8, "lr": 3e-3, "progress": False, **kw}))
 
 
 @pytest.mark.parametrize("task,labels,kind,metric", [
@@ -22,7 +23,8 @@ def config(**kw):
 def test_finetune_every_task_kind(task, labels, kind, metric, tmp_path):
     model = tiny_model(kind, labels)
     data = tiny_data(64, task=task)
-    model, record = finetune(model, data, data[:16], config=config(eval_every=6))
+    result = finetune(model, config(eval_every=6), TaskData(data, data[:16]))
+    model, record = result.model, result.record
     assert metric in record.metrics
     assert record.params == sum(p.numel() for p in model.parameters())
     assert record.flops_128 > 0 and record.steps == 12
@@ -33,7 +35,7 @@ def test_finetune_every_task_kind(task, labels, kind, metric, tmp_path):
 def test_finetune_learns_and_keeps_the_best():
     torch.manual_seed(0)
     data = tiny_data(256)
-    _model, record = finetune(tiny_model(), data, data[:64], config=config(steps=100, batch_size=16, eval_every=50))
+    record = finetune(tiny_model(), config(steps=100, batch_size=16, eval_every=50), TaskData(data, data[:64])).record
     accuracies = [h[2]["accuracy"] for h in record.details["history"]]
     assert record.metrics["accuracy"] == max(accuracies) > 0.9
 
@@ -41,7 +43,7 @@ def test_finetune_learns_and_keeps_the_best():
 def test_resume_after_interruption_matches_uninterrupted(tmp_path):
     data = tiny_data(96)
     common = {"steps": 10, "save_every": 4, "freeze_word_embeddings": True}
-    whole, _ = finetune(tiny_model(), data, config=config(**common), work_dir=tmp_path / "whole")
+    whole = finetune(tiny_model(), config(**common), TaskData(data), work_dir=tmp_path / "whole").model
 
     class Stop(Exception):
         pass
@@ -56,10 +58,10 @@ def test_resume_after_interruption_matches_uninterrupted(tmp_path):
 
     handle = interrupted.register_forward_hook(bomb)
     with pytest.raises(Stop):
-        finetune(interrupted, data, config=config(**common), work_dir=tmp_path / "resumed")
+        finetune(interrupted, config(**common), TaskData(data), work_dir=tmp_path / "resumed")
     handle.remove()
     assert (tmp_path / "resumed" / "state.pt").exists()
-    resumed, _ = finetune(tiny_model(), data, config=config(**common), work_dir=tmp_path / "resumed")
+    resumed = finetune(tiny_model(), config(**common), TaskData(data), work_dir=tmp_path / "resumed").model
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-6), name
     assert torch.equal(resumed.encoder.embeddings.word_embeddings.weight,
@@ -68,9 +70,9 @@ def test_resume_after_interruption_matches_uninterrupted(tmp_path):
 
 def test_work_dir_with_other_options_is_refused(tmp_path):
     data = tiny_data(32)
-    finetune(tiny_model(), data, config=config(steps=2), work_dir=tmp_path)
+    finetune(tiny_model(), config(steps=2), TaskData(data), work_dir=tmp_path)
     with pytest.raises(EdgebertError, match="other options"):
-        finetune(tiny_model(), data, config=config(steps=3), work_dir=tmp_path)
+        finetune(tiny_model(), config(steps=3), TaskData(data), work_dir=tmp_path)
 
 
 def test_no_weight_decay_on_bias_and_layernorm():
@@ -83,6 +85,8 @@ def test_no_weight_decay_on_bias_and_layernorm():
 
 def test_bad_input_is_one_clear_error():
     with pytest.raises(EdgebertError, match="fewer than one batch"):
-        finetune(tiny_model(), tiny_data(4), config=config())
+        finetune(tiny_model(), config(), TaskData(tiny_data(4)))
     with pytest.raises(EdgebertError, match="steps must be at least 1"):
         TrainConfig(steps=0)
+    with pytest.raises(EdgebertError, match="takes no teacher"):
+        finetune(tiny_model(), config(), TaskData(tiny_data(16)), teacher=tiny_model())

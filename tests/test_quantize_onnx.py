@@ -7,8 +7,10 @@ import onnx
 import pytest
 
 from edgebert.errors import EdgebertError
-from edgebert.export import Budget, OnnxExport, export
-from edgebert.quantize import QAT, DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8, quantize
+from edgebert.config import Config
+from edgebert.export import Budget, OnnxExportConfig, export, formats
+from edgebert.quantize import (DynamicInt8Config, Int8EmbeddingsConfig, MixedPrecisionConfig, QATConfig,
+                               StaticInt8Config, quantize)
 from edgebert.quantize.config import KINDS
 from edgebert.quantize.onnx_ptq import classify
 
@@ -27,13 +29,13 @@ def data(tiny_arrays):
 
 @pytest.fixture(scope="module")
 def fused(model, tmp_path_factory):
-    return export(model, OnnxExport(), out=tmp_path_factory.mktemp("onnx") / "fp32.onnx").path
+    return export(model, OnnxExportConfig(), out=tmp_path_factory.mktemp("onnx") / "fp32.onnx").path
 
 
 @pytest.fixture(scope="module")
 def kinds(model, tmp_path_factory):
     """Node kinds of the float graph static quantization starts from."""
-    path = export(model, OnnxExport(optimize="basic"), out=tmp_path_factory.mktemp("basic") / "fp32.onnx").path
+    path = export(model, OnnxExportConfig(optimize="basic"), out=tmp_path_factory.mktemp("basic") / "fp32.onnx").path
     return classify(onnx.load(str(path)))
 
 
@@ -42,16 +44,16 @@ def ops(path):
 
 
 def test_dynamic_int8_close_and_smaller(fused, data, tmp_path):
-    r = quantize(fused, DynamicInt8(target="x86"), out=tmp_path / "q.onnx", eval_data=data,
+    r = quantize(fused, DynamicInt8Config(target="x86"), out=tmp_path / "q.onnx", eval_data=data,
                  budget=Budget(max_abs_diff=0.05, min_agreement=0.9))
     assert r.path.stat().st_size < fused.stat().st_size / 2
     assert {"QAttention", "MatMulInteger"} & set(ops(r.path)) and "QEmbedLayerNormalization" in ops(r.path)
-    assert r.meta["reduce_range"] is True and r.verify["reference"] == "fp32.onnx"
+    assert r.meta["reduce_range"] is True and r.verification["reference"] == "fp32.onnx"
 
 
 def test_int8_embeddings_gather_on_int8_table(model, data, tmp_path):
-    r = quantize(model, Int8Embeddings(), out=tmp_path / "e.onnx", eval_data=data,
-                 export_as=OnnxExport(optimize="fused", fuse_embeddings=False), budget=Budget(max_abs_diff=0.05))
+    r = quantize(model, Int8EmbeddingsConfig(), out=tmp_path / "e.onnx", eval_data=data,
+                 export_as=OnnxExportConfig(optimize="fused", fuse_embeddings=False), budget=Budget(max_abs_diff=0.05))
     graph = onnx.load(str(r.path)).graph
     table = next(i for i in graph.initializer if i.name.endswith("word_embeddings.weight_int8"))
     assert table.data_type == onnx.TensorProto.INT8 and list(table.dims) == [VOCAB, 32]
@@ -59,7 +61,7 @@ def test_int8_embeddings_gather_on_int8_table(model, data, tmp_path):
 
 
 def test_static_int8_keeps_excluded_kinds_float(model, data, kinds, tmp_path):
-    r = quantize(model, StaticInt8(method="percentile", samples=16), out=tmp_path / "s.onnx", calibration=data,
+    r = quantize(model, StaticInt8Config(method="percentile", samples=16), out=tmp_path / "s.onnx", calibration=data,
                  eval_data=data, budget=Budget(max_abs_diff=0.5))
     assert set(r.meta["float"]) == {"layernorm", "softmax", "gelu", "residual_add", "bias_add", "embedding_add", "mask_add"}
     _assert_float(r.path, kinds, r.meta["float"])
@@ -80,24 +82,24 @@ def _assert_float(path, found, float_kinds):
 
 
 def test_mixed_precision_excludes_what_it_reports(model, data, kinds, tmp_path):
-    everything = quantize(model, StaticInt8(exclude=(), samples=16), out=tmp_path / "all.onnx", calibration=data,
-                          eval_data=data).verify["max_abs_diff"]
-    floor = quantize(model, StaticInt8(exclude=KINDS, samples=16), out=tmp_path / "floor.onnx", calibration=data,
-                     eval_data=data).verify["max_abs_diff"]
+    everything = quantize(model, StaticInt8Config(exclude=(), samples=16), out=tmp_path / "all.onnx", calibration=data,
+                          eval_data=data).verification["max_abs_diff"]
+    floor = quantize(model, StaticInt8Config(exclude=KINDS, samples=16), out=tmp_path / "floor.onnx", calibration=data,
+                     eval_data=data).verification["max_abs_diff"]
     assert floor < everything
     budget = Budget(max_abs_diff=(everything + floor) / 2)  # only a partial float set can meet it
-    r = quantize(model, MixedPrecision(budget=budget, samples=16), out=tmp_path / "m.onnx", calibration=data,
+    r = quantize(model, MixedPrecisionConfig(budget=budget, samples=16), out=tmp_path / "m.onnx", calibration=data,
                  eval_data=data)
     assert r.meta["float"] and set(r.meta["sensitivity"]) >= set(r.meta["float"])
     assert r.meta["search_result"]["max_abs_diff"] <= budget.max_abs_diff
-    assert r.verify["max_abs_diff"] == pytest.approx(r.meta["search_result"]["max_abs_diff"], rel=1e-3, abs=1e-4)
+    assert r.verification["max_abs_diff"] == pytest.approx(r.meta["search_result"]["max_abs_diff"], rel=1e-3, abs=1e-4)
     _assert_float(r.path, kinds, [k for k in r.meta["float"] if not k.startswith("linear")])
 
 
 def test_unmeetable_budget_fails_and_leaves_nothing(model, data, tmp_path):
     before = set(os.listdir("."))
     with pytest.raises(EdgebertError, match="budget cannot be met") as e:
-        quantize(model, MixedPrecision(budget=Budget(max_abs_diff=1e-9), samples=8), out=tmp_path / "m.onnx",
+        quantize(model, MixedPrecisionConfig(budget=Budget(max_abs_diff=1e-9), samples=8), out=tmp_path / "m.onnx",
                  calibration=data, eval_data=data)
     assert "\n" not in str(e.value)
     assert list(tmp_path.iterdir()) == []
@@ -112,24 +114,39 @@ def test_unmeetable_budget_fails_and_leaves_nothing(model, data, tmp_path):
 ])
 def test_bad_calibration_set(model, calibration, message, tmp_path):
     with pytest.raises(EdgebertError, match=message):
-        quantize(model, StaticInt8(), out=tmp_path / "s.onnx", calibration=calibration)
+        quantize(model, StaticInt8Config(), out=tmp_path / "s.onnx", calibration=calibration)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_static_needs_unfused_graph(fused, data, tmp_path):
     with pytest.raises(EdgebertError, match="optimize='basic'"):
-        quantize(fused, StaticInt8(), out=tmp_path / "s.onnx", calibration=data)
+        quantize(fused, StaticInt8Config(), out=tmp_path / "s.onnx", calibration=data)
     with pytest.raises(EdgebertError, match="keeps the format"):
-        quantize(fused, DynamicInt8(), out=tmp_path / "q.tflite")
+        quantize(fused, DynamicInt8Config(), out=tmp_path / "q.tflite")
     with pytest.raises(EdgebertError, match="QAT trains the PyTorch model"):
-        quantize(fused, QAT(), out=tmp_path / "q.onnx", calibration=data)
+        quantize(fused, QATConfig(), out=tmp_path / "q.onnx", calibration=data)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_qat_exports_qdq_with_int8_weights(model, data, tmp_path):
-    r = quantize(model, QAT(steps=4, batch_size=8, target="arm"), out=tmp_path / "q.onnx", calibration=data,
-                 eval_data=data, budget=Budget(max_abs_diff=0.1))
+    config = QATConfig(train=QATConfig().train.replace(steps=4, batch_size=8), target="arm")
+    r = quantize(model, config, out=tmp_path / "q.onnx", calibration=data, eval_data=data,
+                 budget=Budget(max_abs_diff=0.1))
     graph = onnx.load(str(r.path)).graph
     assert r.meta["int8_weights"] == 14  # 2 layers x 6 linears + pooler + classifier
     int8 = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.INT8}
     assert sum(1 for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in int8) >= 14
+
+
+def test_methods_are_listed_on_the_format_they_write(fused, tmp_path):
+    methods = {DynamicInt8Config, StaticInt8Config, MixedPrecisionConfig, Int8EmbeddingsConfig, QATConfig}
+    assert set(formats.get("onnx").quantizers) == set(formats.get("tflite").quantizers) == methods
+
+    class Float8Config(Config):
+        pass
+
+    with pytest.raises(EdgebertError, match="Float8Config does not produce onnx files: use one of none"):
+        quantize(fused, Float8Config(), out=tmp_path / "q.onnx")
+    with pytest.raises(EdgebertError, match=r"cannot tell the format of out=.*q\.bin: name it \*\.onnx or \*\.tflite"):
+        quantize(fused, DynamicInt8Config(), out=tmp_path / "q.bin")
+    assert list(tmp_path.iterdir()) == []

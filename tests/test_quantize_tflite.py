@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from edgebert.errors import EdgebertError
-from edgebert.export import Budget, TFLiteExport, export
-from edgebert.export.runtime import TFLiteModel
-from edgebert.quantize import QAT, DynamicInt8, Int8Embeddings, MixedPrecision, StaticInt8, quantize
+from edgebert.export import Artifact, Budget, TFLiteExportConfig, export, formats
+from edgebert.quantize import (DynamicInt8Config, Int8EmbeddingsConfig, MixedPrecisionConfig, QATConfig,
+                               StaticInt8Config, quantize)
 
 from conftest import QUANT_VOCAB as VOCAB
 
@@ -23,60 +23,67 @@ def data(tiny_arrays):
 
 @pytest.fixture(scope="module")
 def fp32(model, tmp_path_factory):
-    return export(model, TFLiteExport(seq_lens=(8, 16)), out=tmp_path_factory.mktemp("tfl") / "fp32.tflite").path
+    return export(model, TFLiteExportConfig(seq_lens=(8, 16)), out=tmp_path_factory.mktemp("tfl") / "fp32.tflite").path
+
+
+def litert(path):
+    return formats.get("tflite").open(path)
 
 
 def op_counts(path):
     counts = {}
-    for d in TFLiteModel(path).interpreter._get_ops_details():
+    for d in litert(path).interpreter._get_ops_details():
         counts[d["op_name"]] = counts.get(d["op_name"], 0) + 1
     return counts
 
 
 def word_table_dtype(path):
-    interpreter = TFLiteModel(path).interpreter
+    interpreter = litert(path).interpreter
     return next(t["dtype"] for t in interpreter.get_tensor_details() if tuple(t["shape"]) == (VOCAB, 32))
 
 
 def test_dynamic_range_int8(fp32, data, tmp_path):
-    r = quantize(fp32, DynamicInt8(), out=tmp_path / "d.tflite", eval_data=data,
+    r = quantize(fp32, DynamicInt8Config(), out=tmp_path / "d.tflite", eval_data=data,
                  budget=Budget(max_abs_diff=0.05, min_agreement=0.9))
     assert r.path.stat().st_size < fp32.stat().st_size * 0.65 and word_table_dtype(r.path) == np.int8
     assert r.meta["signatures"] == {"seq_8": 8, "seq_16": 16}
 
 
 def test_int8_embeddings_only(fp32, data, tmp_path):
-    r = quantize(fp32, Int8Embeddings(), out=tmp_path / "e.tflite", eval_data=data, budget=Budget(max_abs_diff=0.05))
+    r = quantize(fp32, Int8EmbeddingsConfig(), out=tmp_path / "e.tflite", eval_data=data, budget=Budget(max_abs_diff=0.05))
     assert word_table_dtype(r.path) == np.int8 and word_table_dtype(fp32) == np.float32
 
 
 @pytest.mark.parametrize("io", ["float", "int8"])
 def test_full_int8_keeps_excluded_kinds_float(fp32, data, tmp_path, io):
-    r = quantize(fp32, StaticInt8(samples=16, io=io), out=tmp_path / "s.tflite", calibration=data, eval_data=data,
+    r = quantize(fp32, StaticInt8Config(samples=16, io=io), out=tmp_path / "s.tflite", calibration=data, eval_data=data,
                  budget=Budget(max_abs_diff=0.5))
     assert r.meta["static"] == ["attention_matmul", "linear"]
     assert set(r.meta["float"]) == {"elementwise", "gelu", "layernorm", "softmax"}
     counts = op_counts(r.path)
     assert counts.get("QUANTIZE", 0) > 0 and counts.get("DEQUANTIZE", 0) > 0
-    out = TFLiteModel(r.path).runners[8].get_output_details()["logits"]
+    out = litert(r.path).signatures[8].runner.get_output_details()["logits"]
     assert out["dtype"] == (np.float32 if io == "float" else np.int8)
+    logits = r.run(data)  # an int8 output comes back dequantized, close to the float file's
+    assert logits.dtype == np.float32 and np.abs(logits - Artifact(fp32).run(data)).max() <= 0.5
 
 
 def test_unmeetable_budget_and_bad_calibration(fp32, data, tmp_path):
     with pytest.raises(EdgebertError, match="budget cannot be met"):
-        quantize(fp32, MixedPrecision(budget=Budget(max_abs_diff=1e-9), samples=8), out=tmp_path / "m.tflite",
+        quantize(fp32, MixedPrecisionConfig(budget=Budget(max_abs_diff=1e-9), samples=8), out=tmp_path / "m.tflite",
                  calibration=data, eval_data=data)
     too_long = {k: v for k, v in data.items()}
     too_long["lengths"] = np.full_like(data["lengths"], 16)
     with pytest.raises(EdgebertError, match="no calibration example fits signature"):
-        quantize(fp32, StaticInt8(), out=tmp_path / "s.tflite", calibration={
+        quantize(fp32, StaticInt8Config(), out=tmp_path / "s.tflite", calibration={
             **{k: np.pad(v, ((0, 0), (0, 4))) for k, v in data.items() if v.ndim == 2},
             "lengths": np.full_like(data["lengths"], 20)})
     assert list(tmp_path.iterdir()) == []
 
 
 def test_qat_to_int8_tflite(model, data, tmp_path):
-    r = quantize(model, QAT(steps=3, batch_size=8, seq_lens=(16,)), out=tmp_path / "q.tflite", calibration=data,
-                 eval_data=data, budget=Budget(max_abs_diff=0.5))
+    config = QATConfig(train=QATConfig().train.replace(steps=3, batch_size=8), seq_lens=(16,))
+    r = quantize(model, config, out=tmp_path / "q.tflite", calibration=data, eval_data=data,
+                 budget=Budget(max_abs_diff=0.5))
     assert r.meta["signatures"] == {"seq_16": 16} and r.meta["static"] == ["linear"]
     assert op_counts(r.path).get("QUANTIZE", 0) > 0

@@ -65,7 +65,12 @@ def test_config_next_to_tokenizer_caps_positions(
     save(tiny_tokenizer, tmp_path)
     config = {"model_type": model_type, "max_position_embeddings": positions, "pad_token_id": 1}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert load_tokenizer(tmp_path).model_max_length == expected
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert load_tokenizer(tmp_path).model_max_length == expected
+    # The tiny tokenizer is WordPiece: right for BERT, the wrong kind for RoBERTa (BPE).
+    mismatch = [str(w.message) for w in caught if "the tokenizer is WordPiece" in str(w.message)]
+    assert len(mismatch) == (model_type == "roberta")
 
 
 def test_folder_without_tokenizer_is_a_clear_error(tmp_path):

@@ -1,6 +1,6 @@
 """distill: train a smaller student to imitate a teacher.
 
-Losses (each with its own weight; zero turns it off):
+Losses (`losses.py`; each with its own weight, zero turns it off):
 - soft logits: KL(teacher ‖ student) at temperature T, times T² (Hinton et al.); MSE for regression;
 - hard labels: the ordinary task loss, when the data has labels;
 - hidden states: MSE between mapped layers (a learned projection when widths differ; TinyBERT);
@@ -8,9 +8,12 @@ Losses (each with its own weight; zero turns it off):
 - value relation: KL between softmax(V Vᵀ/√d) per relation head (MiniLM), which needs no equal
   head count.
 
+The student is either made from the model (`DistillConfig(layers=4)`: `student.py` copies every
+k-th layer, optionally narrowed) or is the model itself, distilled from `teacher=`.
+
 Teacher logits (and hidden states of the mapped layers, when that loss is on) are computed once
-and cached on disk, keyed by a hash of the teacher, the data and the layers, so every student
-epoch costs only the student. Attention losses and MLM masking need the teacher online.
+and cached on disk (`teacher.py`), so every student epoch costs only the student. Attention losses
+and MLM masking need the teacher online.
 
 On unlabeled text, a MaskedLM student learns from a MaskedLM teacher's MLM distribution on
 masked inputs (task-agnostic distillation); an Encoder or Embedder student learns from hidden
@@ -19,38 +22,41 @@ states and attention alone.
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
-import math
-import os
-import shutil
-from collections.abc import Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ..data import IGNORE
+from ..config import Config
+from ..data import IGNORE, TaskData
 from ..errors import EdgebertError
-from ..model import MaskedLM, TaskModel, describe
+from ..model import MaskedLM, TaskModel, describe, encoder_of
+from .capture import capture
 from .finetune import task_loss
+from .losses import attention_kl, soft_loss, value_relation_kl
 from .pretrain import mlm_accuracy, mlm_collate
-from .surgery import encoder_of, head_norms, keep_top, neuron_norms, remove_heads, remove_layers, remove_neurons
-from .train import Objective, Record, TrainConfig, collate, fingerprint, measure, rank_world, task_evaluator, train
+from .student import init_student, resolve_layer_map
+from .teacher import TeacherCache
+from .train import Objective, Result, TrainConfig, fingerprint, measure, rank_world, task_evaluator, train
 
 
-@dataclass
-class DistillConfig:
+@dataclass(frozen=True, kw_only=True)
+class DistillConfig(Config):
     """Distillation options. `layer_map` maps student → teacher hidden-state indices
-    (0 = embeddings, i = output of layer i); None spreads the student's layers evenly."""
+    (0 = embeddings, i = output of layer i); None spreads the student's layers evenly.
+
+    The student's shape (`layers`, `keep_layers`, `heads`, `ffn`): when any is set, distill makes
+    the student from the model it is given, which is then the teacher; when none is, the model is
+    the student and `teacher=` is required."""
 
     train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=1e-4, eval_every=500))
+    layers: int | None = None  # student depth: every k-th teacher layer, ending at the last
+    keep_layers: list[int] | None = None  # or exactly these teacher layers (1-based)
+    heads: int | None = None  # narrow each student layer to its largest heads
+    ffn: int | None = None  # and its largest FFN neurons
     temperature: float = 2.0
     logit_weight: float = 1.0
     label_weight: float = 0.0
@@ -62,224 +68,13 @@ class DistillConfig:
     cache_dir: str | None = None  # teacher outputs; default: <work_dir>/teacher-cache
     mlm_probability: float = 0.15  # task-agnostic distillation of a MaskedLM
 
+    def __post_init__(self):
+        if self.temperature <= 0:
+            raise EdgebertError(f"DistillConfig.temperature must be positive, got {self.temperature}")
 
-def default_layers(student_layers: int, teacher_layers: int) -> list[int]:
-    """Teacher layers (1-based) that student layers 1..n imitate and start from: every k-th, ending
-    at the last (DistilBERT keeps every other layer)."""
-    if not 1 <= student_layers <= teacher_layers:
-        raise EdgebertError(f"a student needs 1..{teacher_layers} layers, got {student_layers}")
-    return [math.ceil(i * teacher_layers / student_layers) for i in range(1, student_layers + 1)]
-
-
-def init_student(teacher: nn.Module, *, num_layers: int | None = None, layers: list[int] | None = None,
-                 heads: int | None = None, ffn: int | None = None) -> nn.Module:
-    """A student copied from the teacher: its layers `layers` (1-based; default every k-th of
-    `num_layers`), each narrowed to its `heads` largest heads and `ffn` largest FFN neurons."""
-    c = encoder_of(teacher).config
-    if layers is None:
-        layers = default_layers(num_layers or c.num_layers, c.num_layers)
-    if any(not 1 <= i <= c.num_layers for i in layers):
-        raise EdgebertError(f"student layers {layers} must be 1-based teacher layers 1..{c.num_layers}")
-    student = copy.deepcopy(teacher).train()
-    remove_layers(student, [i for i in range(c.num_layers) if i + 1 not in layers])
-    if heads is not None:
-        remove_heads(student, keep_top(head_norms(student), [min(heads, c.heads(i - 1)) for i in layers]))
-    if ffn is not None:
-        remove_neurons(student, keep_top(neuron_norms(student), [min(ffn, c.ffn(i - 1)) for i in layers]))
-    return student
-
-
-# ---------------------------------------------------------------------------------------------
-# Capturing internal states
-
-
-@contextmanager
-def capture(model: nn.Module, hidden: set[int], qkv: set[int]):
-    """Record hidden states (0 = embeddings, i = layer i) and each listed layer's q/k/v outputs.
-
-    q/k/v are read in call order from the attention projections, so layers that share one module
-    (ALBERT) are still told apart."""
-    encoder = encoder_of(model)
-    states: dict = {"hidden": {}, "q": [], "k": [], "v": []}
-    handles = []
-    if 0 in hidden:
-        handles.append(encoder.embeddings.register_forward_hook(lambda m, i, o: states["hidden"].__setitem__(0, o)))
-    for i, layer in enumerate(encoder.encoder.layer, start=1):
-        if i in hidden:
-            handles.append(layer.register_forward_hook(
-                lambda m, inp, out, i=i: states["hidden"].__setitem__(i, out)))
-    if qkv:
-        seen = set()
-        for layer in encoder.encoder.layer:
-            for name in ("q", "k", "v"):
-                module = getattr(layer.attention.self, {"q": "query", "k": "key", "v": "value"}[name])
-                if id(module) not in seen:
-                    seen.add(id(module))
-                    handles.append(module.register_forward_hook(
-                        lambda m, inp, out, name=name: states[name].append(out)))
-    try:
-        yield states
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def _heads(x: torch.Tensor, n: int) -> torch.Tensor:
-    return x.view(x.shape[0], x.shape[1], n, -1).transpose(1, 2)
-
-
-def _mask_bias(attention_mask: torch.Tensor, dtype) -> torch.Tensor:
-    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-
-
-def _relation_kl(s: torch.Tensor, t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """KL(teacher ‖ student) of row distributions [B, heads, T, T], mean over real query rows."""
-    s_log = torch.log_softmax(s + _mask_bias(mask, s.dtype), -1)
-    t_log = torch.log_softmax(t + _mask_bias(mask, t.dtype), -1)
-    kl = (t_log.exp() * (t_log - s_log)).sum(-1)  # [B, heads, T]
-    rows = mask[:, None, :].to(kl.dtype)
-    return (kl * rows).sum() / (rows.sum() * kl.shape[1])
-
-
-def attention_kl(s_q, s_k, t_q, t_k, s_heads, t_heads, mask) -> torch.Tensor:
-    """TinyBERT's attention loss; with unequal head counts, the head-averaged distributions."""
-    s = _heads(s_q, s_heads) @ _heads(s_k, s_heads).transpose(-1, -2) / math.sqrt(s_q.shape[-1] / s_heads)
-    t = _heads(t_q, t_heads) @ _heads(t_k, t_heads).transpose(-1, -2) / math.sqrt(t_q.shape[-1] / t_heads)
-    if s_heads == t_heads:
-        return _relation_kl(s, t, mask)
-    bias = _mask_bias(mask, s.dtype)
-    s_p = torch.softmax(s + bias, -1).mean(1, keepdim=True)
-    t_p = torch.softmax(t + bias, -1).mean(1, keepdim=True)
-    kl = (t_p * (t_p.clamp_min(1e-12).log() - s_p.clamp_min(1e-12).log())).sum(-1)
-    rows = mask[:, None, :].to(kl.dtype)
-    return (kl * rows).sum() / rows.sum()
-
-
-def value_relation_kl(s_v, t_v, relation_heads: int, mask) -> torch.Tensor:
-    """MiniLM's value-relation loss: split V into `relation_heads` and compare softmax(VVᵀ/√d)."""
-    for v in (s_v, t_v):
-        if v.shape[-1] % relation_heads:
-            raise EdgebertError(f"value width {v.shape[-1]} is not divisible by relation_heads={relation_heads}: "
-                                "pick a common divisor of the student's and teacher's widths")
-    s, t = _heads(s_v, relation_heads), _heads(t_v, relation_heads)
-    return _relation_kl(s @ s.transpose(-1, -2) / math.sqrt(s.shape[-1]),
-                        t @ t.transpose(-1, -2) / math.sqrt(t.shape[-1]), mask)
-
-
-def soft_loss(s: torch.Tensor, t: torch.Tensor, temperature: float) -> torch.Tensor:
-    """KL(softmax(t/T) ‖ softmax(s/T))·T² over the last dim, mean over rows; MSE for one output."""
-    if s.shape[-1] == 1:
-        return F.mse_loss(s, t)
-    s_log, t_log = torch.log_softmax(s / temperature, -1), torch.log_softmax(t / temperature, -1)
-    return (t_log.exp() * (t_log - s_log)).sum(-1).mean() * temperature**2
-
-
-# ---------------------------------------------------------------------------------------------
-# Teacher cache
-
-
-class TeacherCache:
-    """Teacher logits and selected hidden states for every example, in memory-mapped files.
-
-    Rows are ragged: one logit row per sequence (per token for token classification), one hidden
-    row per token, stored float16, addressed through offsets. Written to a temporary folder and
-    renamed, so a killed computation leaves nothing half-written."""
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-        meta = json.loads((folder / "meta.json").read_text())
-        self.hidden_layers, self.token_logits = meta["hidden"], meta["token_logits"]
-        self.offsets = np.load(folder / "offsets.npy")
-        self.logit_offsets = np.load(folder / "logit_offsets.npy")
-        self.logits = np.load(folder / "logits.npy", mmap_mode="r")
-        self.hidden = {i: np.load(folder / f"hidden_{i}.npy", mmap_mode="r") for i in self.hidden_layers}
-
-    @staticmethod
-    def key(teacher: nn.Module, dataset: Sequence, hidden: list[int]) -> str:
-        h = hashlib.sha256(json.dumps([describe(teacher), sorted(hidden)], sort_keys=True).encode())
-        for name, tensor in sorted(teacher.state_dict().items()):
-            h.update(name.encode())
-            h.update(tensor.detach().contiguous().numpy().tobytes())
-        for i in range(len(dataset)):
-            item = dataset[i]
-            h.update(np.asarray(item["input_ids"], dtype=np.int64).tobytes())
-            types = item.get("token_type_ids")
-            h.update(np.asarray(types if types is not None else [], dtype=np.int64).tobytes())
-            h.update(b"|")
-        return h.hexdigest()[:24]
-
-    @classmethod
-    @torch.no_grad()
-    def build(cls, teacher: nn.Module, dataset: Sequence, hidden: list[int], root: Path, *,
-              batch_size: int = 128, progress: bool = True) -> TeacherCache:
-        """Load the cache for (teacher, data, hidden layers) from `root`, computing it if absent."""
-        from tqdm.auto import tqdm
-
-        folder = root / cls.key(teacher, dataset, hidden)
-        if (folder / "meta.json").exists():
-            return cls(folder)
-        teacher.eval()
-        lengths = np.array([len(dataset[i]["input_ids"]) for i in range(len(dataset))])
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        classifier = isinstance(teacher, TaskModel) and teacher.head.kind in ("sequence-classification",
-                                                                             "token-classification")
-        token_logits = classifier and teacher.head.kind == "token-classification"
-        logit_offsets = offsets if token_logits else np.arange(len(dataset) + 1)
-        width = teacher.head.num_labels if classifier else 0
-        hidden_size = encoder_of(teacher).config.hidden_size
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = root / f".{folder.name}.{os.getpid()}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        logits = np.lib.format.open_memmap(tmp / "logits.npy", "w+", np.float32, (int(logit_offsets[-1]), width))
-        states = {i: np.lib.format.open_memmap(tmp / f"hidden_{i}.npy", "w+", np.float16,
-                                               (int(offsets[-1]), hidden_size)) for i in hidden}
-        order = np.argsort(lengths, kind="stable")
-        for start in tqdm(range(0, len(order), batch_size), desc="teacher cache", disable=not progress):
-            idx = order[start : start + batch_size].tolist()
-            batch = collate(teacher, [dataset[i] for i in idx], idx)
-            with capture(teacher, set(hidden), set()) as captured:
-                out = teacher(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-            for j, i in enumerate(idx):
-                n = lengths[i]
-                if width:
-                    logits[logit_offsets[i] : logit_offsets[i + 1]] = (out[j, :n] if token_logits else out[j]).numpy()
-                for layer in hidden:
-                    states[layer][offsets[i] : offsets[i + 1]] = captured["hidden"][layer][j, :n].numpy()
-        logits.flush()
-        for s in states.values():
-            s.flush()
-        np.save(tmp / "offsets.npy", offsets)
-        np.save(tmp / "logit_offsets.npy", logit_offsets)
-        (tmp / "meta.json").write_text(json.dumps({"hidden": hidden, "examples": len(dataset),
-                                                     "token_logits": token_logits}))
-        try:
-            os.replace(tmp, folder)
-        except OSError:  # another process finished the same cache first
-            shutil.rmtree(tmp, ignore_errors=True)
-        return cls(folder)
-
-    def lookup(self, indices: Sequence[int], length: int) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """(logits [B, C] or [B, T, C], {layer: hidden [B, T, H]}) zero-padded to `length`."""
-        rows = [self.logits[self.logit_offsets[i] : self.logit_offsets[i + 1]] for i in indices]
-        if self.token_logits:
-            logits = torch.zeros(len(indices), length, self.logits.shape[1])
-            for j, r in enumerate(rows):
-                logits[j, : len(r)] = torch.from_numpy(np.asarray(r))
-        else:
-            logits = torch.from_numpy(np.concatenate(rows).astype(np.float32))
-        hidden = {}
-        for layer, table in self.hidden.items():
-            h = torch.zeros(len(indices), length, table.shape[1])
-            for j, i in enumerate(indices):
-                r = table[self.offsets[i] : self.offsets[i + 1]]
-                h[j, : len(r)] = torch.from_numpy(r.astype(np.float32))
-            hidden[layer] = h
-        return logits, hidden
-
-
-# ---------------------------------------------------------------------------------------------
-# The objective
+    @property
+    def makes_student(self) -> bool:
+        return any(v is not None for v in (self.layers, self.keep_layers, self.heads, self.ffn))
 
 
 class DistillObjective(Objective):
@@ -352,45 +147,36 @@ class DistillObjective(Objective):
         return loss
 
 
-def resolve_layer_map(student: nn.Module, teacher: nn.Module, layer_map: dict[int, int] | None) -> dict[int, int]:
-    s_layers, t_layers = encoder_of(student).config.num_layers, encoder_of(teacher).config.num_layers
-    if layer_map is None:
-        return {i + 1: t for i, t in enumerate(default_layers(s_layers, t_layers))}
-    layer_map = {int(s): int(t) for s, t in layer_map.items()}
-    for s, t in layer_map.items():
-        if not (0 <= s <= s_layers and 0 <= t <= t_layers):
-            raise EdgebertError(f"layer_map {s}->{t} is out of range: the student has hidden states 0..{s_layers}, "
-                                f"the teacher 0..{t_layers}")
-    return layer_map
-
-
-def _check_pair(student: nn.Module, teacher: nn.Module, config: DistillConfig) -> None:
+def _check_pair(student: nn.Module, teacher: nn.Module) -> None:
     if type(student) is not type(teacher):
         raise EdgebertError(f"student is a {type(student).__name__} but the teacher a {type(teacher).__name__}: "
                             "distil between models with the same head")
     if isinstance(student, TaskModel) and student.head.kind != "embedding" and not isinstance(student, MaskedLM) \
             and student.head.num_labels != teacher.head.num_labels:
         raise EdgebertError(f"student has {student.head.num_labels} labels, the teacher {teacher.head.num_labels}")
-    if config.temperature <= 0:
-        raise EdgebertError(f"temperature must be positive, got {config.temperature}")
 
 
-def distill(
-    student: nn.Module,
-    teacher: nn.Module,
-    train_data: Sequence,
-    eval_data: Sequence | None = None,
-    *,
-    config: DistillConfig | None = None,
-    tokenizer=None,
-    work_dir: str | Path | None = None,
-) -> tuple[nn.Module, Record]:
-    """Train `student` (in place) to imitate `teacher` on `train_data`; returns it and a Record.
+def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher: nn.Module | None = None,
+            work_dir: str | Path | None = None) -> Result:
+    """Distil into a student on `data.train`; the Result holds the trained student and its Record.
 
-    `tokenizer` is needed only for a MaskedLM pair (its mask token and vocabulary drive the MLM
-    masking). Labels in the data are used only when `label_weight` > 0."""
-    config = config or DistillConfig()
-    _check_pair(student, teacher, config)
+    With a student shape in `config` (e.g. `layers=4`) the student is made from `model`, which is
+    the teacher; without one `model` is the student (trained in place) and `teacher` is required.
+    `data.tokenizer` is needed only for a MaskedLM pair (its mask token and vocabulary drive the
+    MLM masking). Labels in the data are used only when `label_weight` > 0."""
+    if config.makes_student:
+        if teacher is not None:
+            raise EdgebertError("DistillConfig sets a student shape, so the model is the teacher: drop teacher=, "
+                                "or leave layers/keep_layers/heads/ffn unset to distil the model from teacher=")
+        teacher = model
+        student = init_student(model, layers=config.layers, keep_layers=config.keep_layers, heads=config.heads,
+                               ffn=config.ffn)
+    elif teacher is None:
+        raise EdgebertError("distill needs a teacher: pass teacher=, or set DistillConfig(layers=N) to make a "
+                            "student from the model")
+    else:
+        student = model
+    _check_pair(student, teacher)
     layer_map = resolve_layer_map(student, teacher, config.layer_map)
     teacher.eval()
     mlm = isinstance(student, MaskedLM)
@@ -402,24 +188,24 @@ def distill(
         rank, world = rank_world()
         if rank != 0:  # under torchrun, rank 0 computes the cache and the others read it
             dist.barrier()
-        cache = TeacherCache.build(teacher, train_data, hidden, root, progress=config.train.progress and rank == 0)
+        cache = TeacherCache.build(teacher, data.train, hidden, root, progress=config.train.progress and rank == 0)
         if world > 1 and rank == 0:
             dist.barrier()
     objective = DistillObjective(student, teacher, config, layer_map, cache)
     collate_fn = None
     if mlm:
-        if tokenizer is None:
-            raise EdgebertError("distilling a MaskedLM masks tokens: pass tokenizer=")
-        collate_fn = mlm_collate(tokenizer, config.mlm_probability, config.train.seed)
-    key = fingerprint("distill", asdict(config), describe(student), describe(teacher), cache and cache.folder.name)
-    if mlm and eval_data is not None:
-        evaluator, metric = (lambda m: mlm_accuracy(m, eval_data, tokenizer, probability=config.mlm_probability)), \
-            "mlm_accuracy"
+        if data.tokenizer is None:
+            raise EdgebertError("distilling a MaskedLM masks tokens: pass TaskData(..., tokenizer=)")
+        collate_fn = mlm_collate(data.tokenizer, config.mlm_probability, config.train.seed)
+    key = fingerprint("distill", config.to_dict(), describe(student), describe(teacher), cache and cache.folder.name)
+    if mlm and data.eval is not None:
+        evaluator, metric = (lambda m: mlm_accuracy(m, data.eval, data.tokenizer,
+                                                    probability=config.mlm_probability)), "mlm_accuracy"
     else:
-        evaluator, metric = task_evaluator(student, eval_data)
-    result = train(objective, train_data, config=config.train, collate_fn=collate_fn, evaluator=evaluator,
+        evaluator, metric = task_evaluator(student, data.eval)
+    result = train(objective, data.train, config=config.train, collate_fn=collate_fn, evaluator=evaluator,
                    metric=metric, work_dir=work_dir, key=key, name="distill")
     details = {"history": result.history, "layer_map": layer_map,
                "teacher_cache": str(cache.folder) if cache else None}
-    return result.model, measure("distill", result.model, metrics=result.metrics, wall_s=result.wall_s,
-                                 steps=result.steps, details=details)
+    return Result(result.model, measure("distill", result.model, metrics=result.metrics, wall_s=result.wall_s,
+                                        steps=result.steps, details=details))

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.nn.functional as F
 from torch import nn
 
-from ..data import IGNORE
+from ..config import Config
+from ..data import IGNORE, TaskData
 from ..errors import EdgebertError
 from ..model import MaskedLM, TaskModel
-from .train import Objective, Record, TrainConfig, fingerprint, measure, task_evaluator, train
+from .train import Objective, Result, TrainConfig, fingerprint, measure, task_evaluator, train
 
 
-@dataclass
-class FinetuneConfig:
+@dataclass(frozen=True, kw_only=True)
+class FinetuneConfig(Config):
     """Fine-tuning options; the defaults suit a small BERT on a GLUE-sized task."""
 
     train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=5e-5, eval_every=300))
@@ -43,21 +43,17 @@ def check_task_model(model: nn.Module, verb: str) -> None:
                             "load one with a sequence- or token-classification head")
 
 
-def finetune(
-    model: TaskModel,
-    train_data: Sequence,
-    eval_data: Sequence | None = None,
-    *,
-    config: FinetuneConfig | None = None,
-    work_dir: str | Path | None = None,
-) -> tuple[TaskModel, Record]:
-    """Train `model` in place on `train_data` (data.EncodedDataset or a list of item dicts).
+def finetune(model: TaskModel, config: FinetuneConfig, data: TaskData, *, teacher: nn.Module | None = None,
+             work_dir: str | Path | None = None) -> Result:
+    """Train `model` in place on `data.train` (data.EncodedDataset or a list of item dicts).
 
-    With `eval_data` the best evaluation is kept; the Record carries its metrics."""
-    config = config or FinetuneConfig()
+    With `data.eval` the best evaluation is kept; the Record carries its metrics. Fine-tuning
+    learns from labels alone, so a `teacher` is refused rather than ignored."""
+    if teacher is not None:
+        raise EdgebertError("finetune learns from labels and takes no teacher: use distill to learn from one")
     check_task_model(model, "finetune")
-    evaluator, metric = task_evaluator(model, eval_data)
-    result = train(TaskObjective(model), train_data, config=config.train, evaluator=evaluator, metric=metric,
-                   work_dir=work_dir, key=fingerprint("finetune", asdict(config)), name="finetune")
-    return result.model, measure("finetune", result.model, metrics=result.metrics, wall_s=result.wall_s,
-                                 steps=result.steps, details={"history": result.history})
+    evaluator, metric = task_evaluator(model, data.eval)
+    result = train(TaskObjective(model), data.train, config=config.train, evaluator=evaluator, metric=metric,
+                   work_dir=work_dir, key=fingerprint("finetune", config.to_dict()), name="finetune")
+    return Result(result.model, measure("finetune", result.model, metrics=result.metrics, wall_s=result.wall_s,
+                                        steps=result.steps, details={"history": result.history}))

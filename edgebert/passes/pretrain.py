@@ -8,21 +8,23 @@ resumed run draws the same masks as an uninterrupted one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from ..data import IGNORE, MLMCollator, nsp_pairs
+from ..config import Config
+from ..data import IGNORE, MLMCollator, TaskData, nsp_pairs
 from ..errors import EdgebertError
 from ..model import MaskedLM
 from ..tokenizer import encode
-from .train import Objective, Record, TrainConfig, fingerprint, lengths_of, measure, train
+from .train import Objective, Result, TrainConfig, fingerprint, lengths_of, measure, train
 
 
-@dataclass
-class PretrainConfig:
+@dataclass(frozen=True, kw_only=True)
+class PretrainConfig(Config):
     train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=1e-4, eval_every=500))
     mlm_probability: float = 0.15
     nsp_weight: float = 1.0  # used when the model has an NSP head
@@ -107,26 +109,23 @@ def mlm_accuracy(model: MaskedLM, dataset: Sequence, tokenizer, *, probability: 
     return {"mlm_accuracy": correct / max(total, 1), "mlm_loss": loss / max(total, 1)}
 
 
-def pretrain(
-    model: MaskedLM,
-    train_data: Sequence,
-    eval_data: Sequence | None = None,
-    *,
-    tokenizer,
-    config: PretrainConfig | None = None,
-    work_dir: str | Path | None = None,
-) -> tuple[MaskedLM, Record]:
-    """Masked-LM (+ NSP when the model has that head) training, in place; returns the model and
-    a Record whose metrics are masked-token accuracy on `eval_data`."""
-    config = config or PretrainConfig()
+def pretrain(model: MaskedLM, config: PretrainConfig, data: TaskData, *, teacher: nn.Module | None = None,
+             work_dir: str | Path | None = None) -> Result:
+    """Masked-LM (+ NSP when the model has that head) training on `data.train`, in place; the
+    Record's metrics are masked-token accuracy on `data.eval`. `data.tokenizer` drives the masking."""
     if not isinstance(model, MaskedLM):
         raise EdgebertError(f"pretrain needs a MaskedLM, got {type(model).__name__}: "
                             "build one with HeadConfig(kind='masked-lm')")
-    evaluator = (lambda m: mlm_accuracy(m, eval_data, tokenizer, probability=config.mlm_probability)) \
-        if eval_data is not None else None
-    result = train(MLMObjective(model, config.nsp_weight), train_data, config=config.train,
+    if teacher is not None:
+        raise EdgebertError("pretrain learns from the text alone and takes no teacher: use distill to learn from one")
+    tokenizer = data.tokenizer
+    if tokenizer is None:
+        raise EdgebertError("pretraining masks tokens: pass TaskData(..., tokenizer=)")
+    evaluator = (lambda m: mlm_accuracy(m, data.eval, tokenizer, probability=config.mlm_probability)) \
+        if data.eval is not None else None
+    result = train(MLMObjective(model, config.nsp_weight), data.train, config=config.train,
                    collate_fn=mlm_collate(tokenizer, config.mlm_probability, config.train.seed),
                    evaluator=evaluator, metric="mlm_accuracy" if evaluator else None, work_dir=work_dir,
-                   key=fingerprint("pretrain", asdict(config)), name="pretrain")
-    return result.model, measure("pretrain", result.model, metrics=result.metrics, wall_s=result.wall_s,
-                                 steps=result.steps, details={"history": result.history})
+                   key=fingerprint("pretrain", config.to_dict()), name="pretrain")
+    return Result(result.model, measure("pretrain", result.model, metrics=result.metrics, wall_s=result.wall_s,
+                                        steps=result.steps, details={"history": result.history}))

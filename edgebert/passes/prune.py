@@ -25,18 +25,19 @@ import torch
 from torch import nn
 
 from .. import checkpoint
-from ..data import BucketBatchSampler
+from ..config import Config
+from ..data import BucketBatchSampler, TaskData
 from ..errors import EdgebertError
-from ..model import EncoderConfig
+from ..model import EncoderConfig, blocks, encoder_of
 from ..stats import flops
 from .distill import DistillConfig, distill
 from .finetune import check_task_model, task_loss
-from .surgery import check_unshared, encoder_of, remove_heads, remove_layers, remove_neurons
-from .train import Record, TrainConfig, collate, lengths_of, measure, seed_all, task_evaluator
+from .surgery import check_unshared, remove_heads, remove_layers, remove_neurons
+from .train import Result, TrainConfig, collate, lengths_of, measure, seed_all, task_evaluator
 
 
-@dataclass
-class PruneConfig:
+@dataclass(frozen=True, kw_only=True)
+class PruneConfig(Config):
     """What to remove. Give fractions (`heads`, `ffn`), or a budget (`params` or `flops` per
     128-token sequence) that is met by removing heads and neurons in equal proportion."""
 
@@ -51,7 +52,7 @@ class PruneConfig:
     batch_size: int = 32
     unstructured: float = 0.0  # fraction of encoder weights zeroed by magnitude at the end (size only)
     recovery: DistillConfig | None = field(
-        default_factory=lambda: DistillConfig(TrainConfig(steps=500, lr=1e-4, eval_every=250)))
+        default_factory=lambda: DistillConfig(train=TrainConfig(steps=500, lr=1e-4, eval_every=250)))
     seed: int = 42
 
     def __post_init__(self):
@@ -84,8 +85,8 @@ def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_
     The loss is the task loss on the data's labels, or on the model's own predictions when the
     data has none."""
     check_task_model(model, "prune")
-    encoder = encoder_of(model)
-    c = encoder.config
+    c = encoder_of(model).config
+    layers = blocks(model)
     was_training = model.training
     model.eval()  # no dropout: scores of the model as it will be used
     heads = [torch.zeros(c.heads(i)) for i in range(c.num_layers)]
@@ -99,7 +100,7 @@ def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_
             output.register_hook(lambda g: _add(layer_scores, i, (g * delta).sum()))
         return hook
 
-    handles = [layer.register_forward_hook(gate(i)) for i, layer in enumerate(encoder.encoder.layer)]
+    handles = [b.module.register_forward_hook(gate(i)) for i, b in enumerate(layers)]
     sampler = BucketBatchSampler(lengths_of(dataset), batch_size, seed=seed)
     try:
         for n, indices in enumerate(sampler):
@@ -115,12 +116,12 @@ def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_
                 labels = logits.detach().argmax(-1).masked_fill(batch["attention_mask"] == 0, -100) \
                     if logits.dim() == 3 else logits.detach().argmax(-1)
             task_loss(model, logits, labels).backward()
-            for i, layer in enumerate(encoder.encoder.layer):
+            for i, b in enumerate(layers):
                 d = c.head_size
-                w = layer.attention.output.dense.weight
+                w = b.attention_out.weight
                 gw = (w.grad * w).detach()  # [H, heads*d]
                 heads[i] += gw.view(gw.shape[0], -1, d).sum((0, 2)).abs()
-                w = layer.output.dense.weight
+                w = b.ffn_out.weight
                 neurons[i] += (w.grad * w).detach().sum(0).abs()
     finally:
         for h in handles:
@@ -215,7 +216,7 @@ def magnitude_prune(model: nn.Module, fraction: float) -> float:
 
     Size only: dense kernels run zeros at full cost; the saving shows in a compressed or sparse
     file. Returns the sparsity reached over those weights."""
-    weights = {id(m.weight): m.weight for m in encoder_of(model).encoder.modules() if isinstance(m, nn.Linear)}
+    weights = {id(m.weight): m.weight for b in blocks(model) for m in b.module.modules() if isinstance(m, nn.Linear)}
     if not fraction or not weights:
         return 0.0
     flat = torch.cat([w.detach().abs().flatten() for w in weights.values()])
@@ -239,18 +240,13 @@ def _shape(model: nn.Module) -> dict:
             "ffn": [c.ffn(i) for i in range(c.num_layers)]}
 
 
-def prune(
-    model: nn.Module,
-    train_data: Sequence,
-    eval_data: Sequence | None = None,
-    *,
-    config: PruneConfig | None = None,
-    teacher: nn.Module | None = None,
-    work_dir: str | Path | None = None,
-) -> tuple[nn.Module, Record]:
-    """Prune `model` (in place) by importance on `train_data`, recovering by distillation from
+def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.Module | None = None,
+          work_dir: str | Path | None = None) -> Result:
+    """Prune `model` (in place) by importance on `data.train`, recovering by distillation from
     `teacher` (default: a copy of the unpruned model) after each round."""
-    config = config or PruneConfig()
+    if config.recovery is not None and config.recovery.makes_student:
+        raise EdgebertError("PruneConfig.recovery distils the pruned model itself: leave its layers/keep_layers/"
+                            "heads/ffn unset")
     check_task_model(model, "prune")
     check_unshared(model, "prune")
     seed_all(config.seed)
@@ -274,7 +270,7 @@ def prune(
             rounds.append(saved["round"])
             continue
         share = r / config.rounds
-        scores = importance(model, train_data, batches=config.sample_batches, batch_size=config.batch_size,
+        scores = importance(model, data.train, batches=config.sample_batches, batch_size=config.batch_size,
                             seed=config.seed + r)
         drop_layers = round(config.layers * share) - (start_shape["layers"] - encoder_of(model).config.num_layers)
         if drop_layers > 0:
@@ -296,8 +292,8 @@ def prune(
             remove_neurons(model, choose(scores.neurons, plan["ffn"]))
         round_wall, round_steps = 0.0, 0
         if config.recovery is not None and config.recovery.train.steps:
-            model, rec = distill(model, teacher, train_data, eval_data, config=config.recovery,
-                                 work_dir=folder / "recovery" if folder else None)
+            rec = distill(model, config.recovery, data, teacher=teacher,
+                          work_dir=folder / "recovery" if folder else None).record
             metrics, round_wall, round_steps = rec.metrics, rec.wall_s, rec.steps
         wall, steps = wall + round_wall, steps + round_steps
         rounds.append({"round": r, **_shape(model), "metrics": metrics})
@@ -306,7 +302,7 @@ def prune(
             (folder / "round.json").write_text(json.dumps({"round": rounds[-1], "original": original,
                                                            "wall_s": round_wall, "steps": round_steps}))
     sparsity = magnitude_prune(model, config.unstructured)
-    evaluator, _ = task_evaluator(model, eval_data)
+    evaluator, _ = task_evaluator(model, data.eval)
     if evaluator is not None and (sparsity or not metrics):
         metrics = evaluator(model)
     details = {"before": {"params": before.params, "bytes": before.bytes, "flops_128": before.flops_128,
@@ -316,4 +312,4 @@ def prune(
         details["unstructured_sparsity"] = sparsity
         details["note"] = ("unstructured zeros shrink a compressed file only; dense kernels run them at full cost, "
                            "so FLOPs and latency are unchanged")
-    return model, measure("prune", model, metrics=metrics, wall_s=wall, steps=steps, details=details)
+    return Result(model, measure("prune", model, metrics=metrics, wall_s=wall, steps=steps, details=details))

@@ -17,17 +17,19 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..config import Config
+from ..data import TaskData
 from ..errors import EdgebertError
-from ..model import MaskedLM
+from ..model import EmbeddingParts, MaskedLM, blocks, embeddings, encoder_of
 from .distill import DistillConfig, distill
-from .surgery import encoder_of, set_config
-from .train import Record, TrainConfig, measure, task_evaluator
+from .surgery import set_config
+from .train import Result, TrainConfig, measure, task_evaluator
 
 PARTS = ("all", "attention", "ffn")
 
 
-@dataclass
-class ShareConfig:
+@dataclass(frozen=True, kw_only=True)
+class ShareConfig(Config):
     """Sharing in groups of `group_size` adjacent layers (0 = one group of all layers)."""
 
     group_size: int = 2
@@ -35,7 +37,7 @@ class ShareConfig:
     init: str | int = "mean"  # "mean", a member's position in its group (0 = first), or "best" (needs eval data)
     embedding_size: int | None = None  # factorize the token table to E < hidden_size
     recovery: DistillConfig | None = field(
-        default_factory=lambda: DistillConfig(TrainConfig(steps=1000, lr=1e-4, eval_every=250)))
+        default_factory=lambda: DistillConfig(train=TrainConfig(steps=1000, lr=1e-4, eval_every=250)))
 
     def __post_init__(self):
         if self.parts not in (*PARTS, "none"):
@@ -44,26 +46,22 @@ class ShareConfig:
             raise EdgebertError(f"ShareConfig.group_size must be ≥ 0 (0 = all layers), got {self.group_size}")
         if not (self.init in ("mean", "best") or (isinstance(self.init, int) and self.init >= 0)):
             raise EdgebertError(f"ShareConfig.init must be 'mean', 'best' or a member index, got {self.init!r}")
-
-
-def _modules(layer: nn.Module, part: str) -> dict[str, nn.Module]:
-    if part == "attention":
-        return {"attention": layer.attention}
-    return {"intermediate": layer.intermediate, "output": layer.output}
+        if self.recovery is not None and self.recovery.makes_student:
+            raise EdgebertError("ShareConfig.recovery distils the shared model itself: leave its layers/keep_layers/"
+                                "heads/ffn unset")
 
 
 def share_layers(model: nn.Module, *, group_size: int = 2, parts: str = "all", init: str | int = "mean") -> nn.Module:
     """Make each group of `group_size` adjacent layers use one set of weights, in place."""
     if parts not in PARTS:
         raise EdgebertError(f"parts must be one of {PARTS}, got {parts!r}")
-    encoder = encoder_of(model)
-    c = encoder.config
+    c = encoder_of(model).config
     if c.attention_groups is not None or c.ffn_groups is not None:
         raise EdgebertError("the model already shares layers: share once, from an unshared model")
     size = group_size or c.num_layers
     groups = [i // size for i in range(c.num_layers)]
     kinds = ["attention", "ffn"] if parts == "all" else [parts]
-    layers = encoder.encoder.layer
+    layers = blocks(model)
     for g in sorted(set(groups)):
         members = [i for i in range(c.num_layers) if groups[i] == g]
         for kind in kinds:
@@ -74,17 +72,16 @@ def share_layers(model: nn.Module, *, group_size: int = 2, parts: str = "all", i
             if isinstance(init, int):
                 if init >= len(members):
                     raise EdgebertError(f"init={init} but group {members} has {len(members)} members")
-                keep = _modules(layers[members[init]], kind)
+                keep = layers[members[init]].units(kind)
             else:
-                keep = {name: copy.deepcopy(m) for name, m in _modules(layers[members[0]], kind).items()}
+                keep = {name: copy.deepcopy(m) for name, m in layers[members[0]].units(kind).items()}
                 with torch.no_grad():
                     for name, module in keep.items():
                         for pname, p in module.named_parameters():
-                            stack = [dict(_modules(layers[i], kind)[name].named_parameters())[pname] for i in members]
+                            stack = [dict(layers[i].units(kind)[name].named_parameters())[pname] for i in members]
                             p.copy_(torch.stack([q.detach() for q in stack]).mean(0))
             for i in members:
-                for name, module in keep.items():
-                    setattr(layers[i], name, module)
+                layers[i].set_units(keep)
     set_config(model, **{f"{k}_groups": groups for k in kinds})
     return model
 
@@ -117,18 +114,17 @@ def factorize_embeddings(model: nn.Module, embedding_size: int, *,
     output, measured on 4096 token/position/segment triples drawn from the same distribution)."""
     if isinstance(model, MaskedLM):
         raise EdgebertError("factorizing a MaskedLM would break its tied decoder: factorize the task model instead")
-    encoder = encoder_of(model)
-    c = encoder.config
-    emb = encoder.embeddings
+    c = encoder_of(model).config
+    emb = embeddings(model)
     if c.embedding_size is not None:
         raise EdgebertError(f"the embeddings are already factorized (E={c.embedding_size})")
     if not 2 <= embedding_size < c.hidden_size:
         raise EdgebertError(f"embedding_size must be in 2..{c.hidden_size - 1} (below hidden_size), got {embedding_size}")
-    tables = [emb.word_embeddings.weight, emb.position_embeddings.weight]
-    if emb.token_type_embeddings is not None:
-        tables.append(emb.token_type_embeddings.weight)
+    tables = [emb.word.weight, emb.position.weight]
+    if emb.token_type is not None:
+        tables.append(emb.token_type.weight)
     tables = [t.detach().double() for t in tables]
-    with_ln = emb.LayerNorm is not None
+    with_ln = emb.norm is not None
     if with_ln:
         tables = [t - t.mean(1, keepdim=True) for t in tables]  # the LayerNorm removes each vector's mean
     # Second moment of one token's sum w + p + t, each row drawn independently as often as the data does.
@@ -156,19 +152,19 @@ def factorize_embeddings(model: nn.Module, embedding_size: int, *,
     h = c.hidden_size
     projection = nn.Linear(embedding_size, h)
     if with_ln:
-        gamma, beta = emb.LayerNorm.weight.detach().double(), emb.LayerNorm.bias.detach().double()
+        gamma, beta = emb.norm.weight.detach().double(), emb.norm.bias.detach().double()
         projection.weight.copy_(math.sqrt(h / embedding_size) * gamma[:, None] * down)
         projection.bias.copy_(beta)
-        emb.LayerNorm = nn.LayerNorm(embedding_size, eps=c.layer_norm_eps)
+        emb.norm = nn.LayerNorm(embedding_size, eps=c.layer_norm_eps)
     else:
         projection.weight.copy_(down)
         projection.bias.zero_()
-    frozen = not emb.word_embeddings.weight.requires_grad
-    emb.word_embeddings = _table(tables[0], down, c.pad_token_id)
-    emb.word_embeddings.weight.requires_grad_(not frozen)
-    emb.position_embeddings = _table(tables[1], down, None)
-    if emb.token_type_embeddings is not None:
-        emb.token_type_embeddings = _table(tables[2], down, None)
+    frozen = not emb.word.weight.requires_grad
+    emb.word = _table(tables[0], down, c.pad_token_id)
+    emb.word.weight.requires_grad_(not frozen)
+    emb.position = _table(tables[1], down, None)
+    if emb.token_type is not None:
+        emb.token_type = _table(tables[2], down, None)
     emb.projection = projection
     set_config(model, embedding_size=embedding_size)
     output = _embed(emb, sample)
@@ -188,13 +184,13 @@ def _sample_rows(weights: list[torch.Tensor], n: int) -> list[torch.Tensor]:
     return [torch.multinomial(w.float(), n, replacement=True, generator=g) for w in weights]
 
 
-def _embed(emb: nn.Module, rows: list[torch.Tensor]) -> torch.Tensor:
+def _embed(emb: EmbeddingParts, rows: list[torch.Tensor]) -> torch.Tensor:
     """The embedding output of single tokens given table rows: Embeddings.forward without dropout."""
-    x = emb.word_embeddings(rows[0]) + emb.position_embeddings(rows[1])
-    if emb.token_type_embeddings is not None:
-        x = x + emb.token_type_embeddings(rows[2])
-    if emb.LayerNorm is not None:
-        x = emb.LayerNorm(x)
+    x = emb.word(rows[0]) + emb.position(rows[1])
+    if emb.token_type is not None:
+        x = x + emb.token_type(rows[2])
+    if emb.norm is not None:
+        x = emb.norm(x)
     return emb.projection(x) if emb.projection is not None else x
 
 
@@ -213,18 +209,12 @@ def token_frequencies(model: nn.Module, dataset: Sequence) -> list[torch.Tensor]
     return counts[:3] if c.type_vocab_size else counts[:2]
 
 
-def share(
-    model: nn.Module,
-    train_data: Sequence | None = None,
-    eval_data: Sequence | None = None,
-    *,
-    config: ShareConfig | None = None,
-    teacher: nn.Module | None = None,
-    work_dir: str | Path | None = None,
-) -> tuple[nn.Module, Record]:
+def share(model: nn.Module, config: ShareConfig, data: TaskData | None, *, teacher: nn.Module | None = None,
+          work_dir: str | Path | None = None) -> Result:
     """Share layers and/or factorize embeddings (in place), then recover by distillation from
-    `teacher` (default: a copy of the model before sharing) when `train_data` is given."""
-    config = config or ShareConfig()
+    `teacher` (default: a copy of the model before sharing) on `data.train`. With `data=None`
+    only the surgery runs: embedding rows count the same and there is no recovery."""
+    train_data, eval_data = (data.train, data.eval) if data is not None else (None, None)
     before = measure("before", model)
     teacher = teacher if teacher is not None else copy.deepcopy(model).eval()
     evaluator, metric = task_evaluator(model, eval_data)
@@ -255,11 +245,11 @@ def share(
         details["before_recovery"] = evaluator(model)
     metrics, wall, steps = details.get("before_recovery", {}), 0.0, 0
     if train_data is not None and config.recovery is not None and config.recovery.train.steps:
-        model, rec = distill(model, teacher, train_data, eval_data, config=config.recovery,
-                             work_dir=Path(work_dir) / "recovery" if work_dir else None)
+        rec = distill(model, config.recovery, data, teacher=teacher,
+                      work_dir=Path(work_dir) / "recovery" if work_dir else None).record
         metrics, wall, steps = rec.metrics, rec.wall_s, rec.steps
         details["history"] = rec.details["history"]
     details["note"] = "sharing lowers parameters and bytes, not FLOPs: every layer still runs"
     record = measure("share", model, metrics=metrics, wall_s=wall, steps=steps, details=details)
     record.details["saved_params"] = before.params - record.params
-    return model, record
+    return Result(model, record)

@@ -13,11 +13,7 @@ import torch
 from torch import nn
 
 from ..errors import EdgebertError
-from ..model import Encoder, EncoderConfig
-
-
-def encoder_of(model: nn.Module) -> Encoder:
-    return model if isinstance(model, Encoder) else model.encoder
+from ..model import EncoderConfig, blocks, encoder_of, keep_layers
 
 
 def set_config(model: nn.Module, **changes) -> EncoderConfig:
@@ -63,8 +59,8 @@ def _checked_drop(layer: int, drop, count: int, units: str, unit: str, advice: s
 def remove_heads(model: nn.Module, heads: dict[int, list[int]]) -> nn.Module:
     """Remove attention heads in place: {layer index (0-based): [head indices]}. Keeps ≥1 per layer."""
     check_unshared(model, "removing heads")
-    encoder = encoder_of(model)
-    c = encoder.config
+    c = encoder_of(model).config
+    layers = blocks(model)
     counts = [c.heads(i) for i in range(c.num_layers)]
     for i, drop in heads.items():
         if not 0 <= i < c.num_layers:
@@ -75,11 +71,10 @@ def remove_heads(model: nn.Module, heads: dict[int, list[int]]) -> nn.Module:
         d = c.head_size
         kept = [h for h in range(counts[i]) if h not in drop]
         keep = torch.tensor([h * d + j for h in kept for j in range(d)])
-        attention = encoder.encoder.layer[i].attention
-        for name in ("query", "key", "value"):
-            setattr(attention.self, name, _slice_linear(getattr(attention.self, name), keep, 0))
-        attention.output.dense = _slice_linear(attention.output.dense, keep, 1)
-        attention.self.heads = counts[i] = len(kept)
+        block = layers[i]
+        block.query, block.key, block.value = (_slice_linear(m, keep, 0) for m in (block.query, block.key, block.value))
+        block.attention_out = _slice_linear(block.attention_out, keep, 1)
+        block.heads = counts[i] = len(kept)
     set_config(model, layer_heads=counts)
     return model
 
@@ -87,8 +82,8 @@ def remove_heads(model: nn.Module, heads: dict[int, list[int]]) -> nn.Module:
 def remove_neurons(model: nn.Module, neurons: dict[int, list[int]]) -> nn.Module:
     """Remove FFN neurons in place: {layer index: [neuron indices]}. Keeps ≥1 per layer."""
     check_unshared(model, "removing neurons")
-    encoder = encoder_of(model)
-    c = encoder.config
+    c = encoder_of(model).config
+    layers = blocks(model)
     widths = [c.ffn(i) for i in range(c.num_layers)]
     for i, drop in neurons.items():
         if not 0 <= i < c.num_layers:
@@ -97,9 +92,11 @@ def remove_neurons(model: nn.Module, neurons: dict[int, list[int]]) -> nn.Module
         if not drop_set:
             continue
         keep = torch.tensor([j for j in range(widths[i]) if j not in drop_set])
-        layer = encoder.encoder.layer[i]
-        layer.intermediate.dense = _slice_linear(layer.intermediate.dense, keep, 0)
-        layer.output.dense = _slice_linear(layer.output.dense, keep, 1)
+        block = layers[i]
+        block.ffn_in = _slice_linear(block.ffn_in, keep, 0)
+        if block.ffn_gate is not None:
+            block.ffn_gate = _slice_linear(block.ffn_gate, keep, 0)
+        block.ffn_out = _slice_linear(block.ffn_out, keep, 1)
         widths[i] = len(keep)
     set_config(model, layer_ffn=widths)
     return model
@@ -108,15 +105,19 @@ def remove_neurons(model: nn.Module, neurons: dict[int, list[int]]) -> nn.Module
 def remove_layers(model: nn.Module, layers: list[int]) -> nn.Module:
     """Remove whole transformer layers in place (0-based indices). Keeps ≥1 layer."""
     check_unshared(model, "removing layers")
-    encoder = encoder_of(model)
-    c = encoder.config
+    c = encoder_of(model).config
     drop = set(layers)
     if any(not 0 <= i < c.num_layers for i in drop):
         raise EdgebertError(f"layer indices {sorted(drop)} out of range for {c.num_layers} layers")
     kept = [i for i in range(c.num_layers) if i not in drop]
     if not kept:
         raise EdgebertError("removing every layer: keep at least one")
-    encoder.encoder.layer = nn.ModuleList([encoder.encoder.layer[i] for i in kept])
+    # The config places sliding windows and layer 0's missing norm by position: they must stay put.
+    if [c.window(i) for i in kept] != [c.window(j) for j in range(len(kept))] or \
+            (not c.first_attention_norm and kept[0] != 0):
+        raise EdgebertError(f"keeping layers {kept} would move this model's global-attention layers or its "
+                            f"first layer: keep layer 0 and drop whole groups of {c.global_every} layers")
+    keep_layers(model, kept)
     set_config(model, num_layers=len(kept),
                layer_heads=[c.heads(i) for i in kept] if c.layer_heads else None,
                layer_ffn=[c.ffn(i) for i in kept] if c.layer_ffn else None)
@@ -126,24 +127,23 @@ def remove_layers(model: nn.Module, layers: list[int]) -> nn.Module:
 def head_norms(model: nn.Module) -> list[torch.Tensor]:
     """Per layer, the L2 norm of each head's query/key/value rows and output columns: a data-free
     importance, used to pick which heads a student keeps."""
-    encoder = encoder_of(model)
-    c = encoder.config
+    c = encoder_of(model).config
     out = []
-    for i, layer in enumerate(encoder.encoder.layer):
+    for i, b in enumerate(blocks(model)):
         h, d = c.heads(i), c.head_size
-        a = layer.attention
-        sq = sum(getattr(a.self, n).weight.detach().view(h, d, -1).pow(2).sum((1, 2)) for n in ("query", "key", "value"))
-        sq = sq + a.output.dense.weight.detach().view(-1, h, d).pow(2).sum((0, 2))
+        sq = sum(m.weight.detach().view(h, d, -1).pow(2).sum((1, 2)) for m in (b.query, b.key, b.value))
+        sq = sq + b.attention_out.weight.detach().view(-1, h, d).pow(2).sum((0, 2))
         out.append(sq.sqrt())
     return out
 
 
 def neuron_norms(model: nn.Module) -> list[torch.Tensor]:
-    """Per layer, the L2 norm of each FFN neuron's input row and output column."""
+    """Per layer, the L2 norm of each FFN neuron's input (and gate) row and output column."""
     out = []
-    for layer in encoder_of(model).encoder.layer:
-        w_in, w_out = layer.intermediate.dense.weight.detach(), layer.output.dense.weight.detach()
-        out.append((w_in.pow(2).sum(1) + w_out.pow(2).sum(0)).sqrt())
+    for b in blocks(model):
+        rows = [m.weight.detach() for m in (b.ffn_in, b.ffn_gate) if m is not None]
+        sq = sum(w.pow(2).sum(1) for w in rows) + b.ffn_out.weight.detach().pow(2).sum(0)
+        out.append(sq.sqrt())
     return out
 
 

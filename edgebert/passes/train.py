@@ -31,13 +31,14 @@ from tqdm.auto import tqdm
 
 from .. import checkpoint
 from ..data import IGNORE, BucketBatchSampler, PadCollator, Task, compute_metrics
+from ..config import Config
 from ..errors import EdgebertError
-from ..model import Encoder, TaskModel
+from ..model import TaskModel, embeddings, encoder_of
 from ..stats import flops, nbytes, params
 
 
-@dataclass
-class TrainConfig:
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(Config):
     """Optimisation and bookkeeping shared by every pass. `steps` counts global batches."""
 
     steps: int = 1000
@@ -89,6 +90,14 @@ class Record:
         return asdict(self)
 
 
+@dataclass
+class Result:
+    """What every pass returns: the model it made (often the input, changed in place) and its Record."""
+
+    model: nn.Module
+    record: Record
+
+
 def measure(name: str, model: nn.Module, *, metrics: dict | None = None, wall_s: float = 0.0, steps: int = 0,
             details: dict | None = None) -> Record:
     """A Record of `model` as it is now."""
@@ -109,13 +118,9 @@ def lengths_of(dataset: Sequence) -> list[int]:
 
 def collate(model: nn.Module, items: list[dict], indices: Sequence[int]) -> dict[str, torch.Tensor]:
     """Dynamic padding (data.PadCollator) plus the example indices, which the teacher cache looks up."""
-    batch = PadCollator(_encoder(model).config.pad_token_id)(items)
+    batch = PadCollator(encoder_of(model).config.pad_token_id)(items)
     batch["index"] = torch.as_tensor(list(indices), dtype=torch.int64)
     return batch
-
-
-def _encoder(model: nn.Module) -> Encoder:
-    return model if isinstance(model, Encoder) else model.encoder
 
 
 def task_of(model: nn.Module, dataset: Sequence) -> Task:
@@ -282,7 +287,7 @@ def train(
         raise EdgebertError(f"{len(dataset)} training examples are fewer than one batch of {config.batch_size}: "
                             "lower batch_size or add data")
     if config.freeze_word_embeddings:
-        _encoder(model).embeddings.word_embeddings.weight.requires_grad_(False)
+        embeddings(model).word.weight.requires_grad_(False)
     if collate_fn is None:
         def collate_fn(items, indices, step):
             return collate(model, items, indices)

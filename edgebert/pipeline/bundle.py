@@ -15,27 +15,21 @@ from __future__ import annotations
 import errno
 import json
 import os
-import platform
 import shutil
-import tempfile
 import zipfile
 from datetime import datetime, timezone
-from importlib import metadata as dist
 from pathlib import Path
 
 import numpy as np
 
+from edgebert.device_tests.files import atomic_dir, sha256
+from edgebert.device_tests.versions import versions
 from edgebert.errors import EdgebertError
-
-from edgebert.device_tests.files import sha256
-
-from .data import load_arrays
-from .runtime import signature_lengths
+from edgebert.export import formats, load_arrays
 
 FORMAT_VERSION = 1
 MANIFEST, LABELS, EVAL, REPORT = "manifest.json", "labels.txt", "eval.npz", "report.html"
 MEDIAPIPE = "classifier.tflite"
-MODEL_SUFFIXES = (".onnx", ".tflite")
 # Keys write_bundle computes; a caller's manifest may carry anything else (task, quantization, stages...).
 COMPUTED = ("format", "format_version", "labels", "inputs", "eval", "mediapipe", "pareto", "files", "versions",
             "created")
@@ -72,15 +66,11 @@ def write_bundle(out: str | Path, *, models: dict[str, str | Path], tokenizer_di
     if mediapipe and ("model.tflite" not in sources or not labels):
         raise EdgebertError("mediapipe=True needs a models entry 'model.tflite' and the class labels "
                             "to derive classifier.tflite from")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        _fill(tmp, sources, tokenizer_dir, labels, arrays, extra, points, max_length, mediapipe)
-        _publish(tmp, out)
+        with atomic_dir(out, replace=True) as tmp:  # an old bundle is swapped out only once the new one is whole
+            _fill(tmp, sources, tokenizer_dir, labels, arrays, extra, points, max_length, mediapipe)
     except OSError as e:
         raise EdgebertError(_os_message(e, out)) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -100,8 +90,8 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
     if labels:
         (tmp / LABELS).write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
     files = {name: _model_io(tmp / name) for name in sources}
-    tflite = [f for f in files.values() if f["format"] == "tflite"]
-    longest = max((max(f["lengths"]) for f in tflite), default=None)
+    fixed = [f for f in files.values() if "lengths" in f]  # formats with one signature per length (TFLite)
+    longest = max((max(f["lengths"]) for f in fixed), default=None)
     max_length = max_length or longest or _positions(tokenizer, tokenizer_dir)
     if longest is not None and max_length > longest:
         raise EdgebertError(f"max_length {max_length} exceeds the longest TFLite signature seq_{longest}: "
@@ -126,7 +116,7 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
     record["pareto"] = points
     (tmp / REPORT).write_text(render(record, points), encoding="utf-8")
     record["files"] = {p.name: {"sha256": sha256(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
-    record["versions"] = versions()
+    record["versions"] = versions(*VERSIONED)
     record["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     (tmp / MANIFEST).write_text(json.dumps(record, indent=2, default=_plain) + "\n", encoding="utf-8")
     _permissions(tmp)
@@ -134,7 +124,7 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
 
 def _mediapipe(tmp: Path, labels: list[str], required: bool) -> dict:
     """classifier.tflite for MediaPipe's TextClassifier; when not required, a refusal becomes the reason."""
-    from .mediapipe import add_metadata
+    from edgebert.export.mediapipe import add_metadata
 
     try:
         return add_metadata(tmp / "model.tflite", tmp / MEDIAPIPE, tokenizer_dir=tmp, labels=labels)
@@ -142,21 +132,6 @@ def _mediapipe(tmp: Path, labels: list[str], required: bool) -> dict:
         if required:
             raise
         return {"skipped": str(e)}
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename the finished folder onto `out`; an old bundle is set aside first and restored on failure."""
-    if not out.exists():
-        os.replace(tmp, out)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-    os.replace(out, old)
-    try:
-        os.replace(tmp, out)
-    except OSError:
-        os.replace(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_bundle(path: str | Path, *, verify: bool = True) -> dict:
@@ -198,17 +173,6 @@ def _check_file(folder: Path, name: str, size: int, digest: str) -> None:
                             "after export; copy the bundle again")
 
 
-def versions() -> dict[str, str]:
-    """Python and every installed package that produced or reads the bundle."""
-    found = {"python": platform.python_version()}
-    for name in VERSIONED:
-        try:
-            found[name] = dist.version(name)
-        except dist.PackageNotFoundError:
-            continue
-    return found
-
-
 # Input checks: all before anything is written.
 
 
@@ -217,10 +181,10 @@ def _check_models(models: dict) -> dict[str, Path]:
         raise EdgebertError("models must be a non-empty dict {bundle file name: path}, e.g. {'model.tflite': path}")
     sources = {}
     reserved = (MANIFEST, LABELS, EVAL, REPORT, MEDIAPIPE)
+    suffixes = tuple(f.suffix for f in formats.all_formats())
     for name, src in models.items():
-        if not isinstance(name, str) or Path(name).name != name or not name.endswith(MODEL_SUFFIXES) \
-                or name in reserved:
-            raise EdgebertError(f"model name {name!r}: use a plain file name ending {' or '.join(MODEL_SUFFIXES)}, "
+        if not isinstance(name, str) or Path(name).name != name or not name.endswith(suffixes) or name in reserved:
+            raise EdgebertError(f"model name {name!r}: use a plain file name ending {' or '.join(suffixes)}, "
                                 f"other than {', '.join(reserved)}")
         if not Path(src).is_file():
             raise EdgebertError(f"model file {src} (for {name}) does not exist: export it first")
@@ -284,60 +248,17 @@ def _check_points(points) -> list[dict]:
     return checked
 
 
-# The input contract, read from the files themselves.
+# The input contract, read from the files themselves by their format.
 
 
 def _model_io(path: Path) -> dict:
-    return _onnx_io(path) if path.suffix == ".onnx" else _tflite_io(path)
-
-
-def _onnx_io(path: Path) -> dict:
-    import onnx
-    from onnx import helper
-
-    model = onnx.load(str(path), load_external_data=False)
-    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-        raise EdgebertError(f"{path.name} keeps weights in external data files: "
-                            "export a self-contained .onnx (< 2 GiB)")
-    weights = {t.name for t in model.graph.initializer}
-
-    def tensors(values):
-        return {v.name: {"dtype": np.dtype(helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)).name,
-                         "shape": [d.dim_param if d.HasField("dim_param") else d.dim_value if d.HasField("dim_value")
-                                   else None for d in v.type.tensor_type.shape.dim]} for v in values}
-
-    return {"format": "onnx", "inputs": tensors(v for v in model.graph.input if v.name not in weights),
-            "outputs": tensors(model.graph.output)}
-
-
-def _tflite_io(path: Path) -> dict:
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_path=str(path))
-    lengths = signature_lengths(interpreter)
-    signatures = {}
-    for t, key in lengths.items():
-        runner = interpreter.get_signature_runner(key)
-        signatures[key] = {"length": t,
-                           "inputs": {n: _detail(d) for n, d in sorted(runner.get_input_details().items())},
-                           "outputs": {n: _detail(d) for n, d in sorted(runner.get_output_details().items())}}
-    return {"format": "tflite", "lengths": list(lengths), "signatures": signatures,
-            "choose": "the smallest seq_<T> with T >= the token count ([CLS] and [SEP] included); "
-                      "zero-pad every input to T"}
-
-
-def _detail(d: dict) -> dict:
-    out = {"dtype": np.dtype(d["dtype"]).name, "shape": [int(x) for x in d["shape"]]}
-    scale, zero = d["quantization"]
-    if scale:
-        out["quantization"] = {"scale": float(scale), "zero_point": int(zero)}
-    return out
+    return formats.of_file(path).io(path)
 
 
 def _input_names(io: dict) -> list[str]:
-    if io["format"] == "onnx":
-        return list(io["inputs"])
-    return [n for s in io["signatures"].values() for n in s["inputs"]]
+    """Input names of one file: of its graph, or of each of its signatures."""
+    graphs = io["signatures"].values() if "signatures" in io else [io]
+    return [n for g in graphs for n in g["inputs"]]
 
 
 def _input_order(name: str) -> tuple:

@@ -172,11 +172,9 @@ def _contract(record: dict) -> str:
             "The full contract is in manifest.json under <code>inputs</code>.</p>")
     rows = []
     for name, io in inputs.get("files", {}).items():
-        if io["format"] == "onnx":
-            rows.append([name, "onnx", "", _tensors(io["inputs"]), _tensors(io["outputs"])])
-        else:
-            for key, sig in io["signatures"].items():
-                rows.append([name, "tflite", key, _tensors(sig["inputs"]), _tensors(sig["outputs"])])
+        graphs = io["signatures"].items() if "signatures" in io else [("", io)]  # one graph, or one per length
+        for key, graph in graphs:
+            rows.append([name, io["format"], key, _tensors(graph["inputs"]), _tensors(graph["outputs"])])
     return head + _table(["File", "Format", "Signature", "Inputs", "Outputs"], rows)
 
 

@@ -1,0 +1,483 @@
+"""bench/compare.py's runs: the machine, the eval sets, the models (built in children, cached), and
+every accuracy, GEMM, timing and profile run, each in a process of its own."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from _figures import CONDITIONS, DISTS, PAD, _f, _load_entry, summarize
+from _timing import timed_rows
+
+from edgebert.device_tests.files import sha256, write_bytes
+from edgebert.device_tests.versions import versions
+
+ROOT = Path(__file__).resolve().parents[1]
+FULL = {"repeats": 3, "runs": 100, "warmup": 10, "timing_rows": 50, "eval_rows": 0, "gemm_seconds": 1.0,
+        "gemm_repeats": 2, "profile_runs": 100, "retry_noisy": 2}
+QUICK = {"repeats": 1, "runs": 20, "warmup": 3, "timing_rows": 20, "eval_rows": 200, "gemm_seconds": 0.5,
+         "gemm_repeats": 1, "profile_runs": 20, "retry_noisy": 0}
+GEMM_SHAPES = ("1024x1024x1024", f"{PAD}x384x1536", "32x384x1536")
+
+
+def log(message: str) -> None:
+    print(f"compare: {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine
+
+
+def machine() -> dict:
+    from edgebert.device_tests.device import describe
+
+    info = describe()
+    flags = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags.update(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    simd = sorted(f for f in flags if f.startswith(("avx", "sse", "fma", "f16c", "amx")) or "vnni" in f)
+    info["simd_flags"] = simd
+    info["vnni"] = any("vnni" in f for f in flags)
+    info["load_average"] = list(os.getloadavg())
+    info["hostname_hash"] = hashlib.sha256(platform.node().encode()).hexdigest()[:8]
+    return info
+
+
+class OtherLoad:
+    """CPU time other processes used since the last call, in cores (0 = the machine was ours).
+
+    The load average cannot tell: it counts this run's own children. This is the machine's busy
+    time (/proc/stat) minus this process's and its finished children's CPU time."""
+
+    def __init__(self):
+        self.hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.last = self._snapshot()
+
+    def _snapshot(self):
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:9]]
+            busy = (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / self.hz  # user nice system irq softirq steal
+        except (OSError, ValueError, IndexError):
+            busy = None
+        t = os.times()
+        return time.monotonic(), busy, t.user + t.system + t.children_user + t.children_system
+
+    def cores(self) -> float | None:
+        now = self._snapshot()
+        (w0, b0, o0), (w1, b1, o1) = self.last, now
+        self.last = now
+        if b0 is None or b1 is None or w1 - w0 <= 0:
+            return None
+        return max(0.0, ((b1 - b0) - (o1 - o0)) / (w1 - w0))
+
+
+def wait_quiet(minutes: float, window: float = 30.0, limit: float = 0.25) -> None:
+    """Wait (up to `minutes`) until other processes use under `limit` cores over a `window`-second span."""
+    other, deadline = OtherLoad(), time.time() + minutes * 60
+    while True:
+        time.sleep(window)
+        cores = other.cores()
+        if cores is not None and cores < limit:
+            log(f"machine quiet (others use {cores:.2f} cores)")
+            return
+        if time.time() > deadline:
+            log(f"still busy after {minutes:g} min (others use {_f(cores)} cores): running anyway; figures will say so")
+            return
+        log(f"waiting for a quiet machine: others use {_f(cores)} cores")
+
+
+# ---------------------------------------------------------------------------------------------
+# Children: every build and every timing runs in a process of its own
+
+
+class ChildFailed(RuntimeError):
+    pass
+
+
+def child(argv: list[str], log_file: Path, timeout: float, env: dict | None = None) -> None:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "w") as f:
+        try:
+            proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, cwd=ROOT, check=False,
+                                  env={**os.environ, **(env or {})})
+        except subprocess.TimeoutExpired:
+            raise ChildFailed(f"timed out after {timeout:.0f} s (log: {log_file})") from None
+    if proc.returncode != 0:
+        lines = [ln for ln in log_file.read_text(errors="replace").splitlines() if ln.strip()]
+        last = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
+        raise ChildFailed(f"exit {proc.returncode}: {last.strip()[:300]} (log: {log_file})")
+
+
+def cached_build(name: str, argv: list[str], key: dict, work: Path, timeout: float = 1800) -> dict:
+    """Run a bench/_build.py child into work/name unless a complete build with the same key is there."""
+    out = work / name
+    stamp = json.dumps(key, sort_keys=True)
+    if (out / "info.json").is_file() and (out / "key.json").is_file() and (out / "key.json").read_text() == stamp:
+        log(f"{name}: cached ({out})")
+        return json.loads((out / "info.json").read_text())
+    log(f"{name}: building (minutes)")
+    child([sys.executable, str(ROOT / "bench" / "_build.py"), *argv, "--out", str(out)], work / "logs" / f"build-{name}.log",
+          timeout)
+    write_bytes(out / "key.json", stamp.encode())
+    return json.loads((out / "info.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# The eval sets
+
+
+def eval_sets(teacher: Path, bundle: Path, data_dir: str | None, work: Path, rows: int, seed: int = 0) -> dict:
+    """SST-2 dev, tokenized at 128 by the teacher's and by the bundle's tokenizer (the same arrays
+    when the tokenizers agree). rows > 0 keeps a seeded random subset (--quick)."""
+    from edgebert.data import pretokenize_eval
+    from edgebert.tokenizer import load_tokenizer
+
+    out = {}
+    arrays_by_who = {}
+    for who, folder in (("teacher", teacher), ("student", bundle)):
+        arrays = pretokenize_eval("sst2", load_tokenizer(folder), PAD, data_dir=data_dir)
+        if rows and rows < len(arrays["lengths"]):
+            keep = np.sort(np.random.default_rng(seed).choice(len(arrays["lengths"]), rows, replace=False))
+            arrays = {k: v[keep] for k, v in arrays.items()}
+        arrays_by_who[who] = arrays
+    same = all(np.array_equal(arrays_by_who["teacher"][k], arrays_by_who["student"][k]) for k in arrays_by_who["teacher"])
+    for who, arrays in arrays_by_who.items():
+        name = "shared" if same else who
+        path = work / f"sst2_dev_{name}_t{PAD}.npz"  # never "eval.npz": the harness checks that name against a manifest
+        np.savez(path, **arrays)
+        out[who] = {"path": path, "lengths": arrays["lengths"].astype(int), "n": len(arrays["lengths"])}
+    out["same_tokenization"] = same
+    return out
+
+
+def timing_subset(source: Path, rows: int, seed: int, dest: Path) -> Path:
+    with np.load(source) as f:
+        arrays = {k: f[k] for k in f.files}
+    n = len(arrays["lengths"])
+    keep = np.random.default_rng(1000 + seed).choice(n, min(rows, n), replace=False)
+    np.savez(dest, **{k: v[keep] for k, v in arrays.items()})
+    return dest
+
+
+# ---------------------------------------------------------------------------------------------
+# The student's checkpoint (for FLOPs, and for a seq_128 TFLite the bundle lacks)
+
+
+def student_checkpoint(bundle: Path, manifest: dict, explicit: str | None) -> tuple[Path | None, str]:
+    """The last model stage's checkpoint of the compile that wrote `bundle` (OUT/stages/NN-name-KEY/model)."""
+    if explicit:
+        return Path(explicit), "given with --student-checkpoint"
+    stages = [s for s in manifest.get("stages", []) if "params" in s]
+    if not stages:
+        return None, "the manifest lists no model stages"
+    last = stages[-1]
+    candidates = sorted((bundle.parent / "stages").glob(f"*-{last['name']}-*/model"))
+    for folder in reversed(candidates):
+        try:
+            from edgebert import checkpoint
+            from edgebert.stats import nbytes, params
+
+            model = checkpoint.load(folder)
+        except Exception as e:  # noqa: BLE001  a half-written or foreign folder: try the next
+            log(f"skipping {folder}: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+            continue
+        if params(model)["total"] == last["params"]["total"] and nbytes(model) == last["bytes"]:
+            return folder, f"{folder.relative_to(bundle.parent)} (params and bytes match the manifest's {last['name']} stage)"
+    return None, f"no {last['name']} checkpoint matching the manifest under {bundle.parent / 'stages'}"
+
+
+def tflite_int8_options(manifest: dict) -> dict:
+    """The DynamicInt8Config options the compile used for the bundle's model.tflite."""
+    config = manifest.get("verification", {}).get("model.tflite", {}).get("meta", {}).get("config", {})
+    return {k: config[k] for k in ("per_channel", "target", "int8_embeddings") if k in config}
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+def _flops(count, config, t) -> int:
+    return count(config, int(t), 2)
+
+
+def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict], dict]:
+    """Build what is missing and describe each model: how it is run for each input shape."""
+    import edgebert
+    from edgebert.stats import flops
+
+    teacher = Path(args.teacher)
+    bundle = Path(args.bundle)
+    teacher_weights = sha256(str(next(iter(sorted(teacher.glob("*.safetensors"))))))
+    teacher_config = edgebert.load(teacher).config
+    notes = {}
+
+    qname = "avx512_vnni" if mach["vnni"] else "avx2"
+    optimum = cached_build("optimum", ["optimum", "--teacher", str(teacher), "--config", qname],
+                           {"teacher": teacher_weights, "config": qname, "v": versions(*DISTS)}, work)
+    teacher_tfl = cached_build("teacher-tflite", ["tflite", "--model", str(teacher), "--seq-lens", f"16,32,64,{PAD}"],
+                               {"model": teacher_weights, "seq": [16, 32, 64, PAD], "v": versions(*DISTS)}, work)
+    ckpt, why = student_checkpoint(bundle, manifest, args.student_checkpoint)
+    notes["student_checkpoint"] = why
+    student_config = None
+    if ckpt:
+        from edgebert.stats import params
+
+        student = edgebert.load(ckpt)
+        student_config = student.config
+        split = params(student)
+        notes["student_params"] = (
+            f"{split['total']:,} parameters: embeddings {split['embeddings']:,} ({split['embeddings'] / split['total']:.0%}; "
+            f"the word table alone {student_config.vocab_size:,} × {student_config.embedding_dim} = "
+            f"{student_config.vocab_size * student_config.embedding_dim:,}), encoder {split['encoder']:,}, heads "
+            f"{split['heads']:,}; layers {student_config.num_layers}, heads per layer "
+            f"{[student_config.heads(i) for i in range(student_config.num_layers)]}, FFN "
+            f"{[student_config.ffn(i) for i in range(student_config.num_layers)]}")
+    student_tfl = None
+    tfl_sigs = manifest.get("inputs", {}).get("files", {}).get("model.tflite", {}).get("lengths") or []
+    if tfl_sigs and max(tfl_sigs) >= PAD:
+        notes["student_tflite_pad"] = f"the bundle's model.tflite has seq_{max(tfl_sigs)}"
+    elif ckpt:
+        options = tflite_int8_options(manifest)
+        student_tfl = cached_build(
+            f"student-tflite-{PAD}", ["tflite", "--model", str(ckpt), "--seq-lens", str(PAD), "--int8", json.dumps(options)],
+            {"model": sha256(str(ckpt / "model.safetensors")), "seq": [PAD], "int8": options, "v": versions(*DISTS)}, work)
+        notes["student_tflite_pad"] = (f"the bundle's model.tflite stops at seq_{max(tfl_sigs) if tfl_sigs else '?'}: "
+                                       f"padded-{PAD} figures use a seq_{PAD} file exported here from the student "
+                                       f"checkpoint through the same path (litert-torch FP32, then DynamicInt8Config {options})")
+    else:
+        notes["student_tflite_pad"] = (f"n/a: the bundle's model.tflite stops at seq_{max(tfl_sigs) if tfl_sigs else '?'} "
+                                       f"and {why}, so no seq_{PAD} file could be exported")
+
+    def harness(path, backend):
+        return {"kind": "harness", "path": Path(path), "backend": backend}
+
+    odir = work / "optimum"
+    tdir = work / "teacher-tflite"
+    real_tfl = harness(bundle / "model.tflite", "litert")
+    pad_tfl = harness(work / f"student-tflite-{PAD}" / "int8.tflite", "litert") if student_tfl else None
+    if tfl_sigs and max(tfl_sigs) >= PAD:
+        pad_tfl = real_tfl
+    models = [
+        {"id": "pytorch-fp32", "group": "1", "label": "teacher · PyTorch FP32 eager (transformers)", "int8": False,
+         "eval": "teacher", "config": teacher_config,
+         "how": "AutoModelForSequenceClassification.from_pretrained(teacher), torch.inference_mode(), "
+                "torch.set_num_threads(N)",
+         "run": {c: {"kind": "torch", "path": teacher} for c in CONDITIONS}},
+        {"id": "optimum-o2-int8", "group": "2", "label": "teacher · Optimum ONNX O2 + dynamic INT8", "int8": True,
+         "eval": "teacher", "config": teacher_config,
+         "how": f"ORTModelForSequenceClassification.from_pretrained(export=True) → ORTOptimizer O2 → ORTQuantizer "
+                f"AutoQuantizationConfig.{qname}(is_static=False) (per_channel={optimum['quantization']['per_channel']})",
+         "run": {c: harness(odir / optimum["files"]["o2-int8"], "onnxruntime") for c in CONDITIONS}},
+        {"id": "optimum-int8", "group": "2", "label": "teacher · Optimum ONNX + dynamic INT8 (no offline O2)",
+         "int8": True, "eval": "teacher", "config": teacher_config,
+         "how": f"the same export and ORTQuantizer {qname} config on the unoptimized export (ORT fuses at load)",
+         "run": {c: harness(odir / optimum["files"]["int8"], "onnxruntime") for c in CONDITIONS}},
+        {"id": "tflite-fp32", "group": "3", "label": "teacher · litert-torch TFLite FP32", "int8": False,
+         "eval": "teacher", "config": teacher_config,
+         "how": f"export.export(TFLiteExportConfig(seq_lens=(16, 32, 64, {PAD}))), one multi-signature file",
+         "run": {c: harness(tdir / "fp32.tflite", "litert") for c in CONDITIONS}},
+        {"id": "tflite-int8", "group": "3", "label": "teacher · litert-torch TFLite dynamic-range INT8", "int8": True,
+         "eval": "teacher", "config": teacher_config,
+         "how": "quantize.quantize(fp32.tflite, DynamicInt8Config()) — ai-edge-quantizer dynamic_wi8_afp32",
+         "run": {c: harness(tdir / "int8.tflite", "litert") for c in CONDITIONS}},
+        {"id": "student-onnx-int8", "group": "4", "label": "edgebert student · bundle model.onnx (INT8)", "int8": True,
+         "eval": "student", "config": student_config, "how": "the bundle's file as is",
+         "run": {c: harness(bundle / "model.onnx", "onnxruntime") for c in CONDITIONS}},
+        {"id": "student-tflite-int8", "group": "4", "label": "edgebert student · bundle model.tflite (INT8)",
+         "int8": True, "eval": "student", "config": student_config,
+         "how": "the bundle's file as is" + ("" if pad_tfl is real_tfl else f"; padded {PAD}: " + notes["student_tflite_pad"]),
+         "run": {"real": real_tfl, f"pad{PAD}": pad_tfl},
+         "na": {f"pad{PAD}": notes["student_tflite_pad"]} if pad_tfl is None else {}},
+    ]
+    for m in models:
+        first = m["run"]["real"]
+        if first["kind"] == "torch":
+            weights = sorted(Path(first["path"]).glob("*.safetensors"))
+            m["file"], m["bytes"] = str(weights[0]), sum(w.stat().st_size for w in weights)
+        else:
+            m["file"], m["bytes"] = str(first["path"]), first["path"].stat().st_size
+        pad = m["run"].get(f"pad{PAD}")
+        if pad and pad["kind"] == "harness" and pad["path"] != first["path"]:
+            m["file_pad"], m["bytes_pad"] = str(pad["path"]), pad["path"].stat().st_size
+        m["flops"] = functools.partial(_flops, flops, m["config"]) if m["config"] is not None else None
+    notes["optimum"] = optimum
+    notes["teacher_tflite"] = teacher_tfl
+    notes["student_tflite_pad_build"] = student_tfl
+    return models, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# One measurement
+
+
+def measure(model: dict, cond: str, inputs: Path, threads: int, warmup: int, runs: int, out: Path,
+            env: dict) -> dict:
+    spec = model["run"][cond]
+    pad = ["--pad-to", str(PAD)] if cond != "real" else []
+    if spec["kind"] == "torch":
+        argv = [sys.executable, str(ROOT / "bench" / "_timing.py"), "torch", "--model", str(spec["path"])]
+    else:
+        argv = [sys.executable, "-m", "device_tests", "run", "--model", str(spec["path"]), "--backend", spec["backend"]]
+        if spec["backend"] == "litert" and cond == "real":
+            argv.append("--truncate")  # the harness says so in warnings if any sentence was cut
+    argv += ["--inputs", str(inputs), "--threads", str(threads), "--warmup", str(warmup), "--runs", str(runs),
+             *pad, "--json", str(out)]
+    child(argv, out.with_suffix(".log"), timeout=1200, env=env)
+    return json.loads(out.read_text())
+
+
+def useful_flops(model: dict, cond: str, lengths: np.ndarray, warmup: int, runs: int) -> float | None:
+    """Mean FLOPs per sequence over the rows the run timed, at the true length (padded: at 128)."""
+    if model["flops"] is None:
+        return None
+    if cond != "real":
+        return float(model["flops"](PAD))
+    return float(np.mean([model["flops"](lengths[r]) for r in timed_rows(len(lengths), warmup, runs)]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def run(args) -> dict:
+    settings = dict(QUICK if args.quick else FULL)
+    for k in settings:
+        if getattr(args, k, None) is not None:
+            settings[k] = getattr(args, k)
+    threads = [int(t) for t in args.threads.split(",")]
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    env = {"OMP_WAIT_POLICY": "PASSIVE"} if args.omp_passive else {}
+    if args.wait_quiet:
+        wait_quiet(args.wait_quiet)
+    t_start = time.time()
+    mach = machine()
+    if mach["load_average"][0] > 1.5:
+        log(f"WARNING: load average {mach['load_average'][0]:.2f} > 1.5: other work is running; timings will be noisy")
+    bundle = Path(args.bundle)
+    if not (bundle / "manifest.json").is_file():
+        raise SystemExit(f"compare: no bundle at {bundle} (no manifest.json): run `edgebert compile --teacher "
+                         f"{args.teacher} --out {bundle.parent}` or pass --bundle")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+
+    log("eval sets")
+    sets = eval_sets(Path(args.teacher), bundle, args.data, work, settings["eval_rows"])
+    log("models")
+    models, notes = model_table(args, manifest, work, mach)
+    failures = []
+
+    # Accuracy: once per model and input shape, whole dev set, 1 thread.
+    accuracy = {m["id"]: {} for m in models}
+    for m in models:
+        for cond in CONDITIONS:
+            if m["run"].get(cond) is None:
+                continue
+            log(f"accuracy: {m['id']} {cond}")
+            out = work / "results" / f"acc-{m['id']}-{cond}.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                r = measure(m, cond, sets[m["eval"]]["path"], 1, 0, 1, out, env)
+                accuracy[m["id"]][cond] = {"accuracy": r.get("accuracy"), "n": r["n_examples"],
+                                           "warnings": r.get("warnings", []),
+                                           "signatures_used": r.get("signatures_used")}
+            except ChildFailed as e:
+                failures.append({"what": f"accuracy {m['id']} {cond}", "error": str(e)})
+                log(f"FAILED accuracy {m['id']} {cond}: {e}")
+
+    # GEMM limit: each shape and op in its own process, rotating.
+    gemm_jobs = [(op, w, shape) for shape in GEMM_SHAPES for op, w in (("matmulinteger", "s8"), ("matmulinteger", "u8"),
+                                                                       ("matmul", "f32"))]
+    gemm_raw, gemm_load = [], []
+    other = OtherLoad()
+    rep, extra = 0, 0
+    while rep < settings["gemm_repeats"] + extra:
+        other.cores()
+        for t in threads:
+            order = gemm_jobs[rep % len(gemm_jobs):] + gemm_jobs[:rep % len(gemm_jobs)]
+            for op, w, shape in order:
+                out = work / "results" / f"gemm-{op}-{w}-{shape}-t{t}-r{rep}.json"
+                argv = [sys.executable, str(ROOT / "bench" / "_timing.py"), "gemm", "--op", op, "--shape", shape,
+                        "--threads", str(t), "--seconds", str(settings["gemm_seconds"]), "--json", str(out)]
+                if op == "matmulinteger":
+                    argv += ["--weight", w]
+                try:
+                    child(argv, out.with_suffix(".log"), timeout=300, env=env)
+                    gemm_raw.append({**json.loads(out.read_text()), "repeat": rep})
+                except ChildFailed as e:
+                    failures.append({"what": f"gemm {op} {w} {shape} t{t}", "error": str(e)})
+        gemm_load.append(_load_entry(rep, other.cores()))
+        if gemm_load[-1]["noisy"] and extra < settings["retry_noisy"]:
+            extra += 1
+            log(f"gemm repeat {rep + 1} was noisy (others used {gemm_load[-1]['other_cores']:.2f} cores): one more")
+        rep += 1
+    log("gemm done")
+
+    # Timing: for each repeat, every model once per (threads, shape), in rotating order.
+    raw = {f"t{t}": {c: {m["id"]: [] for m in models} for c in CONDITIONS} for t in threads}
+    loads = []
+    rep, extra = 0, 0
+    while rep < settings["repeats"] + extra:
+        other.cores()
+        subsets = {who: timing_subset(sets[who]["path"], settings["timing_rows"], rep,
+                                      work / f"timing_{who}_r{rep}.npz") for who in ("teacher", "student")}
+        sub_lengths = {who: np.load(p)["lengths"].astype(int) for who, p in subsets.items()}
+        order = models[rep % len(models):] + models[:rep % len(models)]
+        load_before = list(os.getloadavg())
+        for t in threads:
+            for cond in CONDITIONS:
+                for m in order:
+                    if m["run"].get(cond) is None:
+                        continue
+                    log(f"repeat {rep + 1}/{settings['repeats'] + extra}: {m['id']} t{t} {cond}")
+                    out = work / "results" / f"time-{m['id']}-t{t}-{cond}-r{rep}.json"
+                    try:
+                        r = measure(m, cond, subsets[m["eval"]], t, settings["warmup"], settings["runs"], out, env)
+                    except ChildFailed as e:
+                        failures.append({"what": f"time {m['id']} t{t} {cond} r{rep}", "error": str(e)})
+                        log(f"FAILED {m['id']} t{t} {cond}: {e}")
+                        continue
+                    lat = r["latency_ms"]
+                    raw[f"t{t}"][cond][m["id"]].append({
+                        "repeat": rep, "p50": lat["p50"], "p90": lat["p90"], "mean": lat["mean"],
+                        "peak_rss_mb": r["peak_rss_mb"],
+                        "flops": useful_flops(m, cond, sub_lengths[m["eval"]], settings["warmup"], settings["runs"]),
+                        "warnings": r.get("warnings", [])})
+        loads.append({**_load_entry(rep, other.cores()), "load_average": load_before})
+        log(f"repeat {rep + 1}: other processes used {_f(loads[-1]['other_cores'])} cores on average")
+        if loads[-1]["noisy"] and extra < settings["retry_noisy"]:
+            extra += 1
+            log(f"repeat {rep + 1} was noisy: one more repeat")
+        rep += 1
+
+    # Op-level profiles of the INT8 ONNX models (1 thread).
+    profiles = {}
+    for mid in ("student-onnx-int8", "optimum-o2-int8", "optimum-int8"):
+        m = next(x for x in models if x["id"] == mid)
+        for cond in CONDITIONS:
+            out = work / "results" / f"profile-{mid}-{cond}.json"
+            argv = [sys.executable, str(ROOT / "bench" / "_timing.py"), "profile", "--model", str(m["run"][cond]["path"]),
+                    "--inputs", str(sets[m["eval"]]["path"]), "--threads", "1", "--runs", str(settings["profile_runs"]),
+                    "--json", str(out)] + (["--pad-to", str(PAD)] if cond != "real" else [])
+            try:
+                child(argv, out.with_suffix(".log"), timeout=600, env=env)
+                profiles.setdefault(mid, {})[cond] = json.loads(out.read_text())
+            except ChildFailed as e:
+                failures.append({"what": f"profile {mid} {cond}", "error": str(e)})
+
+    result = summarize(args, settings, threads, mach, models, notes, sets, accuracy, raw, gemm_raw, profiles,
+                       manifest, failures, loads, env, gemm_load)
+    result["wall_s"] = round(time.time() - t_start, 1)
+    return result

@@ -1,0 +1,21 @@
+"""Task data: the registered tasks, their readers, encoding and batching, pretraining samples, the
+device eval arrays, and each task's metrics. One module per job; the public names are all here.
+
+The data root (`--data DIR`, else `EDGEBERT_DATA`, else `../shared/data` next to the repository)
+is read in place and never copied: several of these corpora may not be redistributed.
+"""
+
+from .batching import BucketBatchSampler, EncodedDataset, PadCollator, TaskData, make_loader
+from .encoding import encode_split, pad
+from .evalset import pretokenize_eval
+from .metrics import compute_metrics
+from .mlm import MLMCollator, nsp_pairs
+from .readers import load_task
+from .tables import load_hf, load_table
+from .tasks import CONLL_TAGS, DEFAULT_DATA, IGNORE, KINDS, TASKS, Example, Split, Task, data_root, get_task
+
+__all__ = [
+    "CONLL_TAGS", "DEFAULT_DATA", "IGNORE", "KINDS", "TASKS", "BucketBatchSampler", "EncodedDataset", "Example",
+    "MLMCollator", "PadCollator", "Split", "Task", "TaskData", "compute_metrics", "data_root", "encode_split",
+    "get_task", "load_hf", "load_table", "load_task", "make_loader", "nsp_pairs", "pad", "pretokenize_eval",
+]

@@ -1,0 +1,188 @@
+"""The benchmark files of the registered tasks (GLUE-style TSV, CoNLL-2003), and the bad-row
+policy every reader shares: stop at the first bad row with file:line, or skip, count and warn."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..errors import EdgebertError
+from .tasks import Example, Split, Task, data_root, get_task
+
+
+class _BadRow(Exception):
+    """Raised by a row parser; the reader adds file:line and applies on_bad_row."""
+
+
+class _Rows:
+    """Collects bad rows: raises at the first one ("error") or counts and warns ("skip")."""
+
+    def __init__(self, source: str, on_bad_row: str):
+        if on_bad_row not in ("skip", "error"):
+            raise EdgebertError(f"on_bad_row must be 'skip' or 'error', got {on_bad_row!r}")
+        self.source, self.on_bad_row, self.skipped = source, on_bad_row, []
+
+    def bad(self, where: str, problem: str) -> None:
+        message = f"{where}: {problem}"
+        if self.on_bad_row == "error":
+            raise EdgebertError(
+                f"{message}; fix the row or pass on_bad_row='skip' to skip bad rows"
+            )
+        self.skipped.append(message)
+
+    def finish(self) -> list[str]:
+        if self.skipped:
+            warnings.warn(
+                f"skipped {len(self.skipped)} bad rows in {self.source} "
+                f"(first: {self.skipped[0]}); fix them or pass on_bad_row='error' to stop at "
+                "the first",
+                stacklevel=3,
+            )
+        return self.skipped
+
+
+def _text(value: Any, what: str) -> str:
+    text = "" if value is None else str(value).strip()
+    if not text:
+        raise _BadRow(f"empty {what}")
+    return text
+
+
+def _label(value: Any, task: Task, by_index: bool = False) -> int | float:
+    """Parse a raw label: a class name (or index, for GLUE files) or a regression score."""
+    raw = "" if value is None else str(value).strip()
+    if not raw:
+        raise _BadRow("missing label")
+    if task.kind == "regression":
+        try:
+            return float(raw)
+        except ValueError:
+            raise _BadRow(f"label {raw!r} is not a number") from None
+    if by_index and raw.isdigit() and int(raw) < len(task.labels):
+        return int(raw)
+    if not by_index and raw in task.labels:
+        return task.labels.index(raw)
+    expected = f"0..{len(task.labels) - 1}" if by_index else str(list(task.labels))
+    raise _BadRow(f"unknown label {raw!r}; expected {expected}")
+
+
+# GLUE-style TSV (read by splitting on tabs: MRPC and STS-B text holds unbalanced quotes)
+
+
+class _Layout(NamedTuple):
+    header: tuple[str, ...] | None
+    columns: tuple[int, ...]  # allowed field counts
+    text: int
+    pair: int | None
+    label: int
+
+
+_STSB_HEADER = (
+    "index",
+    "genre",
+    "filename",
+    "year",
+    "old_index",
+    "source1",
+    "source2",
+    "sentence1",
+    "sentence2",
+    "score",
+)
+_LAYOUTS = {
+    "sst2": [_Layout(("sentence", "label"), (2,), 0, None, 1)],
+    "mrpc": [_Layout(("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"), (5,), 3, 4, 0)],
+    # GLUE's train/dev, then the original sts-test.tsv: no header, 7 fields (9 with sources).
+    "stsb": [_Layout(_STSB_HEADER, (10,), 7, 8, 9), _Layout(None, (7, 9), 5, 6, 4)],
+}
+
+
+def _read_glue(path: Path, task: Task, rows: _Rows) -> list[Example]:
+    with open(path, encoding="utf-8-sig", newline="") as f:  # MRPC files start with a BOM
+        lines = [line.rstrip("\r\n") for line in f]
+    first = tuple(lines[0].split("\t")) if lines else ()
+    for layout in _LAYOUTS[task.name]:
+        if layout.header is None or first == layout.header:
+            break
+    else:
+        raise EdgebertError(
+            f"{path}:1: header {list(first)} is not the {task.name} layout "
+            f"{list(_LAYOUTS[task.name][0].header)}; point at the GLUE {task.name} file"
+        )
+    examples = []
+    start = 1 if layout.header else 0
+    for number, line in enumerate(lines[start:], start=start + 1):
+        fields = line.split("\t")
+        try:
+            if len(fields) not in layout.columns:
+                raise _BadRow(
+                    f"{len(fields)} tab-separated fields, "
+                    f"expected {' or '.join(map(str, layout.columns))}"
+                )
+            text = _text(fields[layout.text], "text")
+            pair = None if layout.pair is None else _text(fields[layout.pair], "text pair")
+            examples.append(Example(text, pair, _label(fields[layout.label], task, by_index=True)))
+        except _BadRow as e:
+            rows.bad(f"{path}:{number}", str(e))
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------
+# CoNLL-2003 (IOB2)
+
+
+def _read_conll(path: Path, task: Task, rows: _Rows) -> list[Example]:
+    """Sentences of `token POS chunk NER` lines; a bad line drops its whole sentence."""
+    examples, words, tags, broken = [], [], [], False
+    with open(path, encoding="utf-8") as f:
+        lines = list(f)
+    for number, line in enumerate([*lines, "\n"], start=1):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            if words and not broken:
+                examples.append(Example(words, None, tags))
+            words, tags, broken = [], [], False
+            continue
+        if len(fields) != 4:
+            rows.bad(
+                f"{path}:{number}",
+                f"{len(fields)} space-separated fields, expected 4 (token POS chunk NER)",
+            )
+            broken = True
+        elif fields[3] not in task.labels:
+            rows.bad(
+                f"{path}:{number}",
+                f"unknown tag {fields[3]!r}; expected one of {list(task.labels)}",
+            )
+            broken = True
+        else:
+            words.append(fields[0])
+            tags.append(task.labels.index(fields[3]))
+    return examples
+
+
+_READERS = {"sst2": _read_glue, "mrpc": _read_glue, "stsb": _read_glue, "conll2003": _read_conll}
+
+
+def load_task(
+    task: str | Task,
+    split: str = "train",
+    *,
+    data_dir: str | Path | None = None,
+    on_bad_row: str = "error",
+) -> Split:
+    """Load one split of a registered task from the data root."""
+    task = get_task(task)
+    if split not in task.files:
+        raise EdgebertError(
+            f"{task.name} has no labeled {split!r} split; use one of {', '.join(task.files)}"
+        )
+    path = data_root(data_dir) / task.files[split]
+    if not path.is_file():
+        raise EdgebertError(
+            f"{path} not found; check --data DIR (it should hold {task.files[split]})"
+        )
+    rows = _Rows(str(path), on_bad_row)
+    examples = _READERS[task.name](path, task, rows)
+    return Split(task, split, examples, rows.finish())

@@ -1,0 +1,107 @@
+"""The registered tasks and what a loaded split holds.
+
+The data root (`--data DIR`, else `EDGEBERT_DATA`, else `../shared/data` next to the repository)
+is read in place and never copied: several of these corpora may not be redistributed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from ..errors import EdgebertError
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+KINDS = ("classification", "pair-classification", "regression", "token-classification")
+IGNORE = -100  # label of positions the loss and metrics skip
+CONLL_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a model learns: input kind, label names, files per split, and the primary metric
+    (a key of `compute_metrics`' result, used to pick checkpoints)."""
+
+    name: str
+    kind: str
+    labels: tuple[str, ...] = ()  # empty for regression
+    metric: str = "accuracy"
+    files: dict[str, str] = field(default_factory=dict)  # split -> path under the data root
+    eval_split: str = "dev"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise EdgebertError(f"task {self.name}: unknown kind {self.kind!r}; use one of {KINDS}")
+
+
+TASKS = {
+    "sst2": Task(
+        "sst2",
+        "classification",
+        ("negative", "positive"),
+        "accuracy",
+        {"train": "sst2/train.tsv", "dev": "sst2/dev.tsv"},
+    ),
+    "mrpc": Task(
+        "mrpc",
+        "pair-classification",
+        ("not_equivalent", "equivalent"),
+        "f1",
+        {"train": "mrpc/train.tsv", "dev": "mrpc/dev.tsv", "test": "mrpc/msr_paraphrase_test.txt"},
+    ),
+    "stsb": Task(
+        "stsb",
+        "regression",
+        (),
+        "pearson",
+        {"train": "stsb/train.tsv", "dev": "stsb/dev.tsv", "test": "stsb/sts-test.tsv"},
+    ),
+    "conll2003": Task(
+        "conll2003",
+        "token-classification",
+        CONLL_TAGS,
+        "entity_f1",
+        {"train": "conll2003/train.txt", "dev": "conll2003/dev.txt", "test": "conll2003/test.txt"},
+    ),
+}
+
+
+class Example(NamedTuple):
+    """One input: text (a list of words for token tasks), optional pair, label index/score/tags."""
+
+    text: str | list[str]
+    text_pair: str | None = None
+    label: int | float | list[int] | None = None
+
+
+@dataclass
+class Split:
+    """Examples of one split, with the bad rows that were skipped ("file:line: problem")."""
+
+    task: Task
+    name: str
+    examples: list[Example]
+    skipped: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+def data_root(path: str | Path | None = None) -> Path:
+    """The data folder: the argument, else EDGEBERT_DATA, else ../shared/data beside the repo."""
+    root = Path(path or os.environ.get("EDGEBERT_DATA") or DEFAULT_DATA)
+    if not root.is_dir():
+        raise EdgebertError(f"data folder {root} not found; pass --data DIR or set EDGEBERT_DATA")
+    return root
+
+
+def get_task(task: str | Task) -> Task:
+    if isinstance(task, Task):
+        return task
+    if task not in TASKS:
+        raise EdgebertError(
+            f"unknown task {task!r}; use one of {', '.join(TASKS)} or a CSV/JSONL file"
+        )
+    return TASKS[task]

@@ -1,0 +1,200 @@
+"""`edgebert compile`: run a recipe's stages in order and write the app bundle.
+
+Each stage's output lands in `OUT/stages/NN-name-KEY/`, where KEY hashes everything the stage
+depends on (the previous stage's key and the stage's cache key from the registry: its options,
+and for the first also the data and the start model). A stage folder is renamed into place only
+when complete, so a killed run resumes at the stage it was in (the passes also resume mid-stage
+from `OUT/work/`), and a re-run of an unchanged recipe does no work.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgebert.device_tests.files import atomic_dir, sha256
+
+from .. import checkpoint, data
+from ..errors import EdgebertError
+from .context import Context, State, context, data_fingerprint, log, start_model
+from .recipe import Recipe
+from .stages import STAGES
+
+
+def _key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _prepare_out(out: Path, *, resume: bool, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise EdgebertError(f"output {out} is a file: pass a folder for --out")
+    if out.exists() and any(out.iterdir()):
+        if force:
+            shutil.rmtree(out)
+        elif not resume:
+            raise EdgebertError(f"output folder {out} exists: pass --resume to continue it or --force to start over")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, resume: bool = False,
+            force: bool = False, bench: bool | None = None) -> Path:
+    """Run `recipe` into `out` and return the bundle folder (`out/bundle`)."""
+    out = Path(out).resolve()
+    ctx = context(recipe, out, data_dir)  # bad data fails here, before anything is written
+    _prepare_out(out, resume=resume, force=force)
+    start = start_model(recipe)
+    weights = sorted(start.glob("*.safetensors"))
+    key = _key("start", {k: v for k, v in asdict(recipe).items() if k not in ("stages", "options")},
+               sha256(str(weights[0])) if weights else str(start), data_fingerprint(ctx))
+    state = State(model=start, files={}, verification={})
+    stages = []
+    for i, name in enumerate(recipe.stages, 1):
+        if name == "finetune" and recipe.teacher:
+            log("finetune: skipped, the recipe starts from a fine-tuned teacher")
+            continue
+        stage = STAGES[name]
+        key = _key(key, name, stage.cache_key(recipe))
+        dest = out / "stages" / f"{i:02d}-{name}-{key}"
+        if (dest / "record.json").is_file():
+            log(f"{name}: done already ({dest.name})")
+        else:
+            log(f"{name}: running")
+            t0 = time.time()
+            try:
+                with atomic_dir(dest) as tmp:
+                    record = stage.run(ctx, state, recipe.stage(name), tmp, out / "work" / dest.name)
+                    record = {"name": name, "wall_s": round(time.time() - t0, 1), **record}
+                    (tmp / "record.json").write_text(json.dumps(record, indent=1, default=str))
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                raise EdgebertError(f"disk full while writing stage {name} under {out}: free space, then "
+                                    "re-run with --resume") from None
+        record = json.loads((dest / "record.json").read_text())
+        if (dest / "model").is_dir():
+            state.model = dest / "model"
+        for file in record.get("files", {}):
+            state.files[file] = dest / file
+            state.verification[file] = record["files"][file]
+        stages.append(record)
+    if not state.files:
+        raise EdgebertError("stages: the recipe exports nothing; add \"export\" to stages")
+    return build_bundle(ctx, state, stages, out / "bundle",
+                        bench=recipe.stage("export").bench if bench is None else bench)
+
+
+# ---------------------------------------------------------------------------------------------
+# The bundle: model files + tokenizer + labels + eval set + manifest + report
+
+
+def _points(fraction) -> float | None:
+    """A metric in points (accuracy 0.9014 → 90.14), for what is printed or charted: everything
+    else (passes, verification, the harness) keeps fractions."""
+    return None if fraction is None else float(fraction) * 100
+
+
+def _torch_latency(model_dir: Path, arrays: dict, runs: int = 30) -> float:
+    """p50 ms of the PyTorch model at batch 1 over real eval lengths (1 thread, in process)."""
+    model = checkpoint.load(model_dir)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    times = []
+    try:
+        with torch.inference_mode():
+            for i in range(runs + 3):
+                n = int(arrays["lengths"][i % len(arrays["lengths"])])
+                feed = [torch.from_numpy(arrays[k][i % len(arrays["lengths"]), None, :n].astype(np.int64))
+                        for k in ("input_ids", "attention_mask", "token_type_ids")]
+                t0 = time.perf_counter()
+                model(*feed)
+                if i >= 3:
+                    times.append((time.perf_counter() - t0) * 1000)
+    finally:
+        torch.set_num_threads(threads)
+    return float(np.median(times))
+
+
+def _bench_files(ctx: Context, state: State) -> dict[str, dict]:
+    """The harness, locally, on each model file: latency p50 and on-device accuracy."""
+    from ..bench import bench
+
+    eval_file = ctx.out / "work" / "eval.npz"
+    eval_file.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(eval_file, **ctx.eval_arrays)
+    results = {}
+    for name, path in sorted(state.files.items()):
+        run = bench(path, inputs=eval_file, target="local", threads=1, warmup=5, runs=50, log=log)["runs"][0]
+        results[name] = {"latency_ms": run["latency_ms"], "accuracy": run.get("accuracy"),
+                         "peak_rss_mb": run["peak_rss_mb"], "load_ms": run["load_ms"]}
+    return results
+
+
+def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, bench: bool) -> Path:
+    from .bundle import write_bundle
+
+    task = data.get_task(ctx.recipe.task)
+    manifest_stages, points = [], []
+    for record in stages:
+        if "params" not in record:  # an export stage: its files are described under "verification"
+            continue
+        metric = record["metrics"].get(task.metric)
+        manifest_stages.append({"name": record["name"], "params": {"total": record["params"]},
+                                "bytes": record["bytes"], "flops": record["flops_128"],
+                                "metrics": record["metrics"], "wall_s": record["wall_s"]})
+        if bench and metric is not None:
+            model_dir = next(ctx.out.glob(f"stages/*-{record['name']}-*/model"))
+            points.append({"stage": record["name"], "format": "pytorch", "metric": _points(metric),
+                           "latency_ms": _torch_latency(model_dir, ctx.eval_arrays), "bytes": record["bytes"],
+                           "metric_name": task.metric})
+    measured = _bench_files(ctx, state) if bench else {}
+    for name, m in measured.items():
+        if m["accuracy"] is not None:
+            points.append({"stage": "bundle", "format": name, "metric": _points(m["accuracy"]),
+                           "latency_ms": m["latency_ms"]["p50"], "bytes": state.files[name].stat().st_size,
+                           "metric_name": "accuracy"})
+    q = ctx.recipe.stage("quantize")
+    manifest = {
+        "task": {"name": task.name, "kind": task.kind, "metric": task.metric},
+        "recipe": {"stages": ctx.recipe.stages, "model": ctx.recipe.model, "teacher": ctx.recipe.teacher,
+                   "max_length": ctx.recipe.max_length},
+        "quantization": asdict(q) if "quantize" in ctx.recipe.stages else None,
+        "stages": manifest_stages,
+        "verification": state.verification,
+        "bench_local": measured,
+    }
+    labels = list(task.labels) if task.kind != "regression" else []
+    bundle = write_bundle(dest, models=state.files, tokenizer_dir=ctx.tokenizer_dir, labels=labels,
+                          eval_arrays=ctx.eval_arrays, manifest=manifest, report_points=points,
+                          max_length=ctx.recipe.max_length, force=True)
+    log(f"bundle written to {bundle}")
+    return bundle
+
+
+def summary(bundle: Path) -> str:
+    """The one screen printed at the end of a compile."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    metric = manifest["task"]["metric"]
+    lines = [f"{'stage':<10} {'params':>12} {'MB':>8} {'GFLOPs@128':>11} {metric:>10} {'wall s':>8}"]
+    for s in manifest["stages"]:
+        value = s["metrics"].get(metric)
+        lines.append(f"{s['name']:<10} {s['params']['total']:>12,} {s['bytes'] / 1e6:>8.1f} {s['flops'] / 1e9:>11.2f} "
+                     f"{'-' if value is None else f'{_points(value):.2f}':>10} {s['wall_s']:>8.0f}")
+    lines.append("")
+    lines.append(f"{'file':<20} {'MB':>8} {'max|diff|':>10} {'agree':>7} {'metric':>8} {'p50 ms':>8}")
+    for name, v in manifest["verification"].items():
+        check = v["verify"] or {}
+        bench = manifest["bench_local"].get(name, {})
+        p50 = bench.get("latency_ms", {}).get("p50")
+        lines.append(f"{name:<20} {manifest['files'][name]['bytes'] / 1e6:>8.1f} {check.get('max_abs_diff', 0):>10.2g} "
+                     f"{check.get('agreement', 0):>7.3f} {_points(check.get('value') or 0):>8.2f} "
+                     f"{'-' if p50 is None else f'{p50:.2f}':>8}")
+    lines.append(f"\nbundle: {bundle} (report.html, manifest.json)")
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""quantize: an INT8 (or FP16) file for each export format, each within `accuracy_budget` of
+PyTorch on the eval split, or an error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from edgebert import checkpoint
+from edgebert.config import Config
+from edgebert.errors import EdgebertError
+from edgebert.export import Budget, export, formats
+from edgebert.quantize import DynamicInt8Config, MixedPrecisionConfig, QATConfig, StaticInt8Config, quantize
+from edgebert.quantize.config import host_target
+
+from ..context import Context, State
+from .registry import Stage, register
+
+# The recipe's method names per format; "none" leaves the format to the export stage (float).
+METHODS = {"onnx": ("dynamic", "static", "mixed", "qat", "none"),
+           "tflite": ("dynamic", "full", "qat", "fp16", "none")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantizeStageConfig(Config):
+    """INT8 model files for each export format, each within `accuracy_budget` of PyTorch or an error."""
+
+    onnx: str = "dynamic"  # dynamic | static | mixed | qat | none (float)
+    tflite: str = "dynamic"  # dynamic | full | qat | fp16 | none (float)
+    target: str = field(default_factory=host_target)  # x86 (U8/S8) | x86-vnni | arm (S8/S8)
+    accuracy_budget: float = 1.0  # points of the task metric an INT8 file may lose, else compile fails
+    calibration_size: int = 128  # training examples for static calibration and QAT
+    calibration_method: str = "minmax"  # minmax | percentile | entropy
+
+    def __post_init__(self):
+        for fmt, choices in METHODS.items():
+            if getattr(self, fmt) not in choices:
+                raise EdgebertError(f"quantize.{fmt}: unknown method {getattr(self, fmt)!r}; use one of "
+                                    f"{', '.join(choices)}")
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(max_metric_drop=self.accuracy_budget / 100)  # the recipe says points, Budget fractions
+
+
+def export_config(fmt: formats.Format, export_options, **changes):
+    """The format's export config with the recipe's choices it takes (the lengths of a TFLite file)."""
+    own = {f.name for f in fields(fmt.config)}
+    chosen = {"seq_lens": tuple(export_options.seq_lens)} if "seq_lens" in own else {}
+    return fmt.config(**chosen, **changes)
+
+
+def _method_config(method: str, q: QuantizeStageConfig, export_options):
+    if method == "dynamic":
+        return DynamicInt8Config(target=q.target)
+    if method in ("static", "full"):
+        return StaticInt8Config(target=q.target, method=q.calibration_method)
+    if method == "mixed":
+        return MixedPrecisionConfig(budget=q.budget, target=q.target, method=q.calibration_method)
+    return QATConfig(target=q.target, seq_lens=tuple(export_options.seq_lens))
+
+
+def run(ctx: Context, state: State, options: QuantizeStageConfig, dest: Path, work: Path) -> dict:
+    model = checkpoint.load(state.model)
+    export_options = ctx.recipe.stage("export")
+    evals = {"eval_data": ctx.eval_arrays, "budget": options.budget}
+    record = {"files": {}}
+    for name in export_options.formats:
+        fmt, method = formats.get(name), getattr(options, name)
+        target = dest / f"model{fmt.suffix}"
+        if method == "none":
+            continue
+        if method == "fp16":
+            artifact = export(model, export_config(fmt, export_options, precision="fp16"), out=target, **evals)
+        else:
+            lengths = "seq_lens" in {f.name for f in fields(fmt.config)}
+            artifact = quantize(model, _method_config(method, options, export_options), out=target,
+                                calibration=ctx.calibration, export_as=export_config(fmt, export_options)
+                                if lengths else None, **evals)
+        record["files"][target.name] = {"meta": artifact.meta, "verify": artifact.verification}
+    return record
+
+
+def key(recipe) -> dict:
+    """Quantized files also depend on which formats are exported and at which lengths."""
+    export_options = recipe.stage("export")
+    return {**recipe.stage("quantize").to_dict(), "formats": export_options.formats,
+            "seq_lens": export_options.seq_lens}
+
+
+register(Stage(name="quantize", options=QuantizeStageConfig, run=run, key=key))
