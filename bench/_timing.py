@@ -13,12 +13,9 @@ timed region (the forward call only), statistics, peak RSS and separate untimed 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +23,7 @@ import numpy as np
 from edgebert.device_tests.evalset import INPUTS, EvalSet, metric
 from edgebert.device_tests.files import write_json
 from edgebert.device_tests.harness import latency_stats, peak_rss_mb
+from edgebert.device_tests.profile import profile_onnx
 
 
 def timed_rows(n: int, warmup: int, runs: int) -> list[int]:
@@ -89,7 +87,7 @@ def run_torch(args) -> dict:
         "warnings": [],
     }
     if data.labels is not None:
-        scores, predictions = metric(logits, data.labels)
+        scores, predictions = metric(logits, data.labels, data.task)
         result.update(scores)
         result["predictions"] = predictions
     result["complete"] = True
@@ -160,71 +158,14 @@ def run_gemm(args) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Op-level profile: ORT's own profiler, aggregated per op type.
-
-
-def aggregate_profile(events: list[dict], runs: int) -> dict:
-    """Kernel time per op type (ms per inference and share), from an ORT enable_profiling trace."""
-    per_op, calls, total_run = defaultdict(float), defaultdict(int), 0.0
-    model_runs = 0
-    for e in events:
-        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
-            op = e.get("args", {}).get("op_name", "?")
-            per_op[op] += e.get("dur", 0) / 1000
-            calls[op] += 1
-        elif e.get("cat") == "Session" and e.get("name") == "model_run":
-            total_run += e.get("dur", 0) / 1000
-            model_runs += 1
-    kernels = sum(per_op.values())
-    ops = sorted(per_op, key=per_op.get, reverse=True)
-    return {
-        "runs": runs,
-        "model_run_ms": total_run / max(model_runs, 1),
-        "kernel_ms": kernels / max(runs, 1),
-        "ops": [{"op": op, "ms": per_op[op] / max(runs, 1), "share": per_op[op] / kernels if kernels else 0.0,
-                 "calls_per_run": calls[op] / max(runs, 1)} for op in ops],
-    }
+# Op-level profile: ORT's own profiler, aggregated per op type (edgebert.device_tests.profile).
 
 
 def run_profile(args) -> dict:
-    import tempfile
-
-    import onnxruntime as ort
-
     data = EvalSet(args.inputs)
-    with tempfile.TemporaryDirectory(prefix="edgebert-profile-") as tmp:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = args.threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.enable_profiling = True
-        opts.profile_file_prefix = os.path.join(tmp, "ort")
-        session = ort.InferenceSession(args.model, opts, providers=["CPUExecutionProvider"])
-        types = {i.name: (np.int32 if "int32" in i.type else np.int64) for i in session.get_inputs()}
-        rows = timed_rows(data.n, args.warmup, args.runs)
-
-        def feed(row):
-            b = data.batch([row], _feed_length(data, row, args.pad_to))
-            return {k: np.ascontiguousarray(b[k], dtype=t) for k, t in types.items()}
-
-        for i in range(args.warmup):
-            session.run(None, feed(i % data.n))
-        prepared = [feed(r) for r in rows]
-        for f in prepared:
-            session.run(None, f)
-        path = session.end_profiling()
-        events = json.loads(Path(path).read_text())
-    # The trace also holds the warmup runs: keep the events from the first timed model_run on.
-    runs = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
-    runs.sort(key=lambda e: e["ts"])
-    keep = runs[-len(rows):]
-    start = keep[0]["ts"] if keep else 0
-    timed = [e for e in events if e.get("ts", 0) >= start]
-    result = aggregate_profile(timed, len(rows))
-    result.update({"complete": True, "model": os.path.basename(args.model), "threads": args.threads,
-                   "pad_to": args.pad_to, "onnxruntime": ort.__version__,
-                   "mean_length": float(np.mean([_feed_length(data, r, args.pad_to) for r in rows]))})
-    return result
+    rows = timed_rows(data.n, args.warmup, args.runs)
+    return {"complete": True, **profile_onnx(args.model, data, rows, threads=args.threads, warmup=args.warmup,
+                                             pad_to=args.pad_to)}
 
 
 def main(argv=None) -> int:

@@ -9,13 +9,16 @@ bundles) loads files through it too.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import importlib.util
+import os
 from typing import Iterator, NamedTuple
 
 import numpy as np
 
 from . import HarnessError
+from .accelerators import DELEGATE_LIBRARIES, DELEGATES, PROVIDERS
 from .evalset import INPUTS
 
 INSTALL = {"onnxruntime": "onnxruntime", "litert": "ai-edge-litert", "tflite-runtime": "tflite-runtime"}
@@ -54,22 +57,39 @@ class Onnx:
     max_length = None
     batch_size = None
 
-    def __init__(self, path: str, threads: int):
+    def __init__(self, path: str, threads: int, provider: str | None = None):
         try:
             import onnxruntime as ort
         except ImportError as e:
             raise HarnessError(f"backend onnxruntime cannot be imported ({e}): pip install onnxruntime") from None
         self.version = ort.__version__
         self.warnings: list[str] = []
+        provider = provider or "cpu"
+        if provider not in PROVIDERS:
+            raise HarnessError(f"unknown execution provider {provider!r}: use one of {', '.join(PROVIDERS)}")
+        available = ort.get_available_providers()
+        if PROVIDERS[provider] not in available:
+            have = ", ".join(k for k, v in PROVIDERS.items() if v in available)
+            raise HarnessError(f"this onnxruntime {ort.__version__} has no {PROVIDERS[provider]}; available here: "
+                               f"{have}: install a build with it (onnxruntime-android, onnxruntime-qnn, ...) "
+                               "or pass --provider cpu")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.log_severity_level = 3
+        providers = [PROVIDERS["cpu"]]
+        if provider != "cpu":
+            # XNNPACK brings its own thread pool: ORT's would spin against it.
+            options = {"intra_op_num_threads": threads} if provider == "xnnpack" else {}
+            if provider == "xnnpack":
+                opts.intra_op_num_threads = 1
+            providers = [(PROVIDERS[provider], options), PROVIDERS["cpu"]]
         try:
-            self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(path, opts, providers=providers)
         except Exception as e:  # noqa: BLE001  onnxruntime raises untyped errors for bad files
             raise HarnessError(f"onnxruntime cannot load {path}: {str(e).splitlines()[0]}") from None
+        self.accelerator = {"provider": provider, "providers": self.session.get_providers()}
         inputs = self.session.get_inputs()
         self.names = [i.name for i in inputs]
         _check_names(self.names, path)
@@ -104,21 +124,26 @@ class TFLite:
     """A .tflite file holding fixed-length signatures (seq_16, seq_32, ...): each batch runs on the
     smallest signature that fits it, zero-padded. `content` loads the flatbuffer from bytes instead of `path`."""
 
-    def __init__(self, path: str, threads: int, backend: str = "litert", *, content: bytes | None = None):
+    def __init__(self, path: str, threads: int, backend: str = "litert", *, content: bytes | None = None,
+                 delegate: str | None = None):
         self.name = backend
         module = "ai_edge_litert.interpreter" if backend == "litert" else "tflite_runtime.interpreter"
         try:
-            Interpreter = importlib.import_module(module).Interpreter
+            runtime = importlib.import_module(module)
         except ImportError as e:
             raise HarnessError(f"backend {backend} cannot be imported ({e}): pip install {INSTALL[backend]}"
                                + (" 'numpy<2'" if backend == "tflite-runtime" else "")) from None
         self.version = _version(INSTALL[backend])
         self.warnings = [TFLITE_INT8_WARNING] if backend == "tflite-runtime" else []
+        delegate = delegate or "xnnpack"
+        options = _delegate_options(runtime, delegate, backend)
+        self.accelerator = {"delegate": delegate}
         try:
             source = {"model_content": bytes(content)} if content is not None else {"model_path": path}
-            self.interpreter = Interpreter(**source, num_threads=threads)
+            self.interpreter = runtime.Interpreter(**source, num_threads=threads, **options)
         except (ValueError, RuntimeError) as e:
-            raise HarnessError(f"{backend} cannot load {path}: {str(e).splitlines()[0]}") from None
+            raise HarnessError(f"{backend} cannot load {path}" + (f" with delegate {delegate}" if options else "")
+                               + f": {str(e).splitlines()[0]}") from None
         signatures = self.interpreter.get_signature_list()
         if not signatures:
             raise HarnessError(f"{path} has no signatures: export fixed-length signatures seq_16, seq_32, ...")
@@ -168,11 +193,35 @@ class TFLite:
         return out[:, : feeds["input_ids"].shape[1]] if out.ndim == 3 else out
 
 
-def load(path: str, backend: str, threads: int):
+def _delegate_options(runtime, delegate: str, backend: str) -> dict:
+    """Interpreter keyword arguments for `delegate`: a name from DELEGATES or a delegate library's path."""
+    if delegate == "xnnpack":
+        return {}
+    if delegate == "cpu":
+        return {"experimental_op_resolver_type": runtime.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
+    if delegate not in DELEGATE_LIBRARIES and ".so" not in delegate and os.sep not in delegate:
+        raise HarnessError(f"unknown delegate {delegate!r}: use one of {', '.join(DELEGATES)} or a delegate "
+                           "library's path (e.g. libedgetpu.so.1)")
+    library = DELEGATE_LIBRARIES.get(delegate, delegate)
+    try:
+        ctypes.CDLL(library)  # load_delegate's own failure also prints a traceback from Delegate.__del__
+        return {"experimental_delegates": [runtime.load_delegate(library)]}
+    except (ValueError, OSError, RuntimeError) as e:
+        raise HarnessError(f"delegate {delegate}: cannot load {library} ({str(e).splitlines()[0]}); available "
+                           f"here: cpu, xnnpack ({backend} ships no {delegate} delegate library): build it and "
+                           "pass --delegate /path/to/its.so") from None
+
+
+def load(path: str, backend: str, threads: int, *, provider: str | None = None, delegate: str | None = None):
+    """A loaded model; `provider` (ONNX Runtime) or `delegate` (LiteRT) picks the accelerator."""
     if backend == "onnxruntime":
-        return Onnx(path, threads)
+        if delegate:
+            raise HarnessError(f"--delegate {delegate} is for .tflite runtimes: for onnxruntime pass --provider")
+        return Onnx(path, threads, provider)
     if backend in ("litert", "tflite-runtime"):
-        return TFLite(path, threads, backend)
+        if provider:
+            raise HarnessError(f"--provider {provider} is for onnxruntime: for {backend} pass --delegate")
+        return TFLite(path, threads, backend, delegate=delegate)
     raise HarnessError(f"unknown backend {backend!r}: use onnxruntime, litert or tflite-runtime")
 
 

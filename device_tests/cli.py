@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import HarnessError
+from .accelerators import DELEGATES, PROVIDERS
 
 BACKENDS = ("onnxruntime", "litert", "tflite-runtime")
 
@@ -33,6 +35,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--model", required=True, help="model.onnx or model.tflite")
     r.add_argument("--inputs", required=True, help="eval.npz from the exporter")
     r.add_argument("--backend", choices=BACKENDS, help="default: onnxruntime for .onnx, ai-edge-litert for .tflite")
+    r.add_argument("--provider", choices=PROVIDERS, help="onnxruntime execution provider, "
+                   "CPU as fallback (default cpu); refused when this onnxruntime build lacks it")
+    r.add_argument("--delegate", help=f"LiteRT delegate: {', '.join(DELEGATES)} or a delegate library's "
+                   "path (default xnnpack, LiteRT's own CPU delegate; cpu = built-in kernels without it)")
     r.add_argument("--threads", type=_positive(int), default=1)
     r.add_argument("--warmup", type=_non_negative, default=10, help="untimed runs before timing (default 10)")
     r.add_argument("--runs", type=_positive(int), default=100, help="timed runs (default 100)")
@@ -53,7 +59,8 @@ def parser() -> argparse.ArgumentParser:
 
 def _summary(result: dict) -> str:
     lat = result["latency_ms"]
-    score = next((f"{k} {result[k]:.4f}" for k in ("accuracy", "pearson") if k in result), "no metric")
+    name = result.get("metric")
+    score = f"{name} {result[name]:.4f}" if result.get(name) is not None else "no metric"
     tag = " (emulated)" if result["emulated"] else ""
     return (f"{result['model']['file']} on {result['runtime']['backend']}{tag}: p50 {lat['p50']:.3f} ms, "
             f"p90 {lat['p90']:.3f} ms, {result['throughput']:.1f} seq/s, {score} on {result['n_examples']}")
@@ -86,4 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("device_tests: interrupted; no results were written", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug or a runtime's own failure: one line, the traceback in a log (exit 1)
+        import tempfile
+        import traceback
+
+        log = os.path.join(tempfile.gettempdir(), f"device_tests-crash-{os.getpid()}.log")
+        with open(log, "w") as f:
+            f.write("".join(traceback.format_exception(e)))
+        print(f"device_tests: internal error ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}); "
+              f"the traceback is in {log}", file=sys.stderr)
+        return 1
     return 0

@@ -2,15 +2,47 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from . import HarnessError, metrics
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+TASK = "task"  # the entry naming the task: one JSON string in a [1] array, so cutting rows ([:n]) keeps it
+TASK_KEYS = ("name", "kind", "metric", "labels")
+
+
+def task_entry(name: str, kind: str, metric: str, labels) -> np.ndarray:
+    """The eval set's `task` entry: what the harness needs to score it (kind, metric, label names)."""
+    return np.array([json.dumps({"name": name, "kind": kind, "metric": metric, "labels": list(labels)})])
+
+
+def task_of(arrays: dict, where: str = "the eval set") -> dict | None:
+    """{name, kind, metric, labels} from the `task` entry; without one, read off the labels (float:
+    regression by Pearson, else classification by accuracy); None without labels either."""
+    if TASK in arrays:
+        try:
+            task = json.loads(str(np.asarray(arrays[TASK]).reshape(-1)[0]))
+            if not isinstance(task, dict) or any(k not in task for k in TASK_KEYS):
+                raise ValueError(f"needs {', '.join(TASK_KEYS)}")
+        except (ValueError, IndexError) as e:
+            raise HarnessError(f"{where}: its task entry is unreadable ({e}): re-export the eval set") from None
+        return task
+    labels = arrays.get("labels")
+    if labels is None:
+        return None
+    if labels.ndim != 1:
+        raise HarnessError(f"{where}: labels of shape {list(labels.shape)} but no task entry naming the tags: "
+                           "re-export the eval set (edgebert writes one)")
+    if labels.dtype.kind == "f":
+        return {"name": None, "kind": "regression", "metric": "pearson", "labels": []}
+    return {"name": None, "kind": "classification", "metric": "accuracy", "labels": []}
 
 
 class EvalSet:
-    """Right-padded int arrays [N, T], true `lengths` [N] and optional `labels` [N]."""
+    """Right-padded int arrays [N, T], true `lengths` [N], optional `labels` ([N], or [N, T] tag ids for
+    token tasks) and the `task` entry that says how to score them."""
 
     def __init__(self, path: str):
         try:
@@ -29,19 +61,20 @@ class EvalSet:
             if a.shape != ids.shape or a.dtype.kind not in "iu":
                 raise HarnessError(f"eval set {path}: {k} is {a.dtype}{list(a.shape)}, expected an int "
                                    f"array shaped like input_ids {list(ids.shape)}")
+        if ids.min() < 0:
+            raise HarnessError(f"eval set {path}: input_ids holds negative id {ids.min()}; token ids start at 0: "
+                               "re-export the eval set")
         self.lengths = data["lengths"].astype(np.int64)
         if self.lengths.shape != (len(ids),) or self.lengths.min() < 1 or self.lengths.max() > ids.shape[1]:
             raise HarnessError(f"eval set {path}: lengths must be [N] with 1 <= length <= {ids.shape[1]}")
         self.labels = data.get("labels")
-        if self.labels is not None and self.labels.shape != (len(ids),):
-            raise HarnessError(f"eval set {path}: labels has shape {self.labels.shape}, expected [{len(ids)}]")
+        self.task = task_of(data, f"eval set {path}")
+        if self.labels is not None:
+            shape = ids.shape if self.task["kind"] == "token-classification" else (len(ids),)
+            if self.labels.shape != shape:
+                raise HarnessError(f"eval set {path}: labels has shape {self.labels.shape}, expected {list(shape)} "
+                                   f"for a {self.task['kind']} task")
         self.n = len(ids)
-
-    @property
-    def task(self) -> str | None:
-        if self.labels is None:
-            return None
-        return "regression" if self.labels.dtype.kind == "f" else "classification"
 
     def batch(self, rows: list[int], length: int) -> dict[str, np.ndarray]:
         """Rows `rows` cut or zero-padded (pad id 0, mask 0) to `length` tokens."""
@@ -54,16 +87,41 @@ class EvalSet:
         return out
 
 
-def metric(logits: np.ndarray, labels: np.ndarray) -> tuple[dict, list]:
-    """The task metric and per-example predictions (argmax, or the score for regression)."""
-    if labels.dtype.kind == "f":
-        if logits.shape[1] != 1:
-            raise HarnessError(f"regression labels but the model gives {logits.shape[1]} outputs per example")
-        scores = logits[:, 0].astype(np.float64)
-        return ({"pearson": metrics.pearson(scores, labels), "spearman": metrics.spearman(scores, labels)},
-                [float(s) for s in logits[:, 0]])
-    if logits.shape[1] < 2:
+def metric(outputs: np.ndarray, labels: np.ndarray, task: dict | None = None) -> tuple[dict, list]:
+    """The task's metrics (metrics.task_metrics) and per-example predictions: the class, the score
+    (regression), the tag ids of the labeled first pieces (token tasks) or the pair's cosine (embedding).
+    `task` is the eval set's (`task_of`); without it, what the labels say."""
+    task = task or task_of({"labels": labels})
+    kind, names = task["kind"], task["labels"]
+    if kind == "embedding":
+        if outputs.ndim != 2 or len(outputs) % 2:
+            raise HarnessError(f"an embedding eval set pairs rows 2i and 2i+1, but the model gives outputs "
+                               f"{list(outputs.shape)}: pass the eval set written with this model")
+        return metrics.task_metrics(kind, outputs, labels), metrics.cosine_pairs(outputs).tolist()
+    if kind == "regression":
+        if outputs.shape[1] != 1:
+            raise HarnessError(f"regression labels but the model gives {outputs.shape[1]} outputs per example")
+        scores = outputs[:, 0].astype(np.float64)
+        return metrics.task_metrics(kind, scores, labels), [float(s) for s in outputs[:, 0]]
+    token = kind == "token-classification"
+    if token != (outputs.ndim == 3):
+        raise HarnessError(f"a {kind} eval set but the model gives {'per-token' if outputs.ndim == 3 else 'per-example'}"
+                           " outputs: pass the eval set written with this model")
+    classes = outputs.shape[-1]
+    if classes < 2:
         raise HarnessError("classification labels but the model gives 1 output per example: "
                            "pass the matching eval set")
-    predictions = logits.argmax(axis=1)
-    return {"accuracy": metrics.accuracy(predictions, labels)}, predictions.tolist()
+    if names and len(names) != classes:
+        raise HarnessError(f"the eval set names {len(names)} labels but the model has {classes} outputs: "
+                           "pass the eval set written with this model")
+    scored = labels[labels != metrics.IGNORE] if token else labels
+    if scored.size and (scored.min() < 0 or scored.max() >= classes):
+        raise HarnessError(f"eval set labels run {scored.min()}..{scored.max()} but the model has {classes} "
+                           f"classes (0..{classes - 1}): pass the eval set written with this model")
+    if token and not names:
+        raise HarnessError("token labels but the eval set names no tags: re-export the eval set")
+    predictions = outputs.argmax(axis=-1)
+    scores = metrics.task_metrics(kind, predictions, labels, names)
+    if token:
+        return scores, [p[g != metrics.IGNORE].tolist() for p, g in zip(predictions, labels)]
+    return scores, predictions.tolist()

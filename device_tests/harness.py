@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from . import HarnessError, __version__, backends, device, files, manifest
+from . import HarnessError, __version__, accelerators, backends, device, files, manifest
 from .evalset import EvalSet, metric
 
 
@@ -98,9 +98,16 @@ def _timed(model, inputs: _Inputs, clock: _Clock, warmup: int, runs: int, durati
 
 
 def _evaluate(model, data: EvalSet, pad_to: int | None, truncate: bool) -> tuple[np.ndarray, _Inputs]:
-    """Logits of every example, batch 1, in order: the untimed accuracy pass."""
+    """Outputs of every example, batch 1, in order: the untimed metric pass (per-token outputs
+    cut to each example's length, then zero-padded back to the eval set's)."""
     inputs = _Inputs(data, model, 1, pad_to, truncate)
-    return np.concatenate([model.infer(model.prepare(inputs.feeds([r]))) for r in range(data.n)]), inputs
+    outputs = []
+    for r in range(data.n):
+        feeds = inputs.feeds([r])
+        out = model.run(feeds)
+        outputs.append((slice(r, r + 1), out[:, : min(int(data.lengths[r]), feeds["input_ids"].shape[1])]
+                        if out.ndim == 3 else out))
+    return backends.place(outputs, data.n, data.arrays["input_ids"].shape[1]), inputs
 
 
 def run(args) -> dict:
@@ -111,16 +118,17 @@ def run(args) -> dict:
         if not os.path.isfile(path):
             raise HarnessError(f"{what} {path} does not exist")
     digest = files.sha256(args.model)
-    found = manifest.find(args.model, args.manifest)
-    if found:
-        manifest.verify(found, args.model, digest, required=True)
-        manifest.verify(found, args.inputs, files.sha256(args.inputs), required=False)
+    verified, unverified = manifest.check(args.model, digest, args.manifest)
+    if unverified:
+        print(f"device_tests: warning: {unverified}", file=sys.stderr, flush=True)
+    if verified["manifest"]:
+        manifest.verify(verified["manifest"], args.inputs, files.sha256(args.inputs))
     data = EvalSet(args.inputs)
     backend = args.backend or backends.default_backend(args.model)
 
     clock.phase = "loading the model"
     t0 = time.perf_counter()
-    model = backends.load(args.model, backend, args.threads)
+    model = backends.load(args.model, backend, args.threads, provider=args.provider, delegate=args.delegate)
     load_ms = (time.perf_counter() - t0) * 1000
     missing = [n for n in model.names if n not in data.arrays]
     if missing:
@@ -137,7 +145,7 @@ def run(args) -> dict:
     first_ms = (time.perf_counter_ns() - t0) / 1e6
     ms = _timed(model, inputs, clock, args.warmup, args.runs, args.duration)
 
-    clock.phase = "the accuracy pass"
+    clock.phase = "the metric pass"
     logits, eval_inputs = _evaluate(model, data, args.pad_to, args.truncate)
     clock.stop()
 
@@ -146,26 +154,31 @@ def run(args) -> dict:
         "emulated": args.emulated,
         "complete": False,
         "device": device.describe(),
-        "runtime": {"backend": backend, "version": model.version, "numpy": np.__version__,
+        "runtime": {"backend": backend, "version": model.version, **model.accelerator, "numpy": np.__version__,
                     "python": platform.python_version()},
         "model": {"file": os.path.basename(args.model), "bytes": os.path.getsize(args.model), "sha256": digest,
-                  "manifest_verified": bool(found)},
+                  **verified},
         "settings": {"threads": args.threads, "warmup": args.warmup, "runs": len(ms), "duration_s": args.duration,
                      "batch": batch, "pad_to": args.pad_to, "truncate": args.truncate},
         "load_ms": load_ms,
         "first_inference_ms": first_ms,
         "latency_ms": latency_stats(ms),
+        "latency_runs_ms": [round(x, 4) for x in ms],  # each timed run, in order: the distribution
         "throughput": batch * len(ms) / (sum(ms) / 1000),
         "peak_rss_mb": peak_rss_mb(),
         "n_examples": data.n,
-        "warnings": list(model.warnings),
+        "warnings": [w for w in (unverified,) if w] + list(model.warnings),
     }
     if isinstance(model, backends.TFLite):
         lengths = [args.pad_to] if args.pad_to else [min(int(n), model.max_length) for n in data.lengths]
         result["signatures_used"] = sorted({model.signature_for(n) for n in lengths})
+        try:
+            result["delegate_fit"] = accelerators.fit(args.model)
+        except HarnessError as e:
+            result["warnings"].append(f"no delegate check: {e}")
     if data.labels is not None:
-        scores, predictions = metric(logits, data.labels)
-        result.update(scores)
+        scores, predictions = metric(logits, data.labels, data.task)
+        result.update(task=data.task["kind"], metric=data.task["metric"], **scores)
         result["predictions"] = predictions
     else:
         result["warnings"].append(f"{args.inputs} has no labels: no task metric")

@@ -1,5 +1,5 @@
-"""Check files against the bundle's manifest.json before running, so a truncated copy or a stale
-model never produces numbers that look valid."""
+"""Check files against the bundle's manifest.json before running, so a truncated copy, a stale model or
+a file that is not the bundle's never produces numbers that look valid."""
 
 from __future__ import annotations
 
@@ -19,19 +19,20 @@ def find(model: str, manifest: str | None) -> str | None:
     return beside if os.path.isfile(beside) else None
 
 
-def verify(manifest: str, path: str, digest: str, required: bool) -> bool:
-    """Compare `path` (already hashed to `digest`) with its manifest entry; True if listed."""
+def verify(manifest: str, path: str, digest: str) -> str | None:
+    """The manifest's name for `path` (already hashed to `digest`): its own name when listed and its bytes
+    and sha256 match (else an error), a listed file's name when the bytes are that file's (a renamed copy),
+    None when the manifest does not hold it."""
     try:
         with open(manifest) as f:
             files = json.load(f)["files"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        digests = {e.get("sha256"): n for n, e in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise HarnessError(f"manifest {manifest} is unreadable ({e}): it needs a 'files' mapping") from None
     name = os.path.basename(path)
     entry = files.get(name)
     if entry is None:
-        if required:
-            raise HarnessError(f"manifest {manifest} does not list {name}: re-export the bundle or pass the right --manifest")
-        return False
+        return digests.get(digest)
     size = os.path.getsize(path)
     if "bytes" in entry and int(entry["bytes"]) != size:
         raise HarnessError(f"{name} is {size} bytes but the manifest says {entry['bytes']}: the copy is "
@@ -39,4 +40,24 @@ def verify(manifest: str, path: str, digest: str, required: bool) -> bool:
     if entry.get("sha256") and entry["sha256"] != digest:
         raise HarnessError(f"{name} sha256 {digest[:12]}… does not match the manifest's {entry['sha256'][:12]}…: "
                            "the file changed since export; copy the bundle again")
-    return True
+    return name
+
+
+def check(model: str, digest: str, manifest: str | None) -> tuple[dict, str | None]:
+    """Verify the model against the manifest given or beside it: (the result's record, a warning or None).
+
+    A listed file that differs is an error. A file the manifest does not hold, or one with no manifest at
+    all, still runs, but unverified and with a warning: its numbers are not known to be a bundle's."""
+    found = find(model, manifest)
+    name = os.path.basename(model)
+    listed = verify(found, model, digest) if found else None
+    record = {"manifest": found, "manifest_verified": listed is not None}
+    if listed is not None and listed != name:
+        record["listed_as"] = listed
+    if found is None:
+        return record, (f"{name} is unverified: no manifest.json beside it and no --manifest, so nothing shows "
+                        "it is a bundle's file; copy the bundle's manifest.json with it")
+    if listed is None:
+        return record, (f"{name} is unverified: {found} does not list it and no listed file has its sha256, so "
+                        "it is not a file of that bundle and its numbers are not the bundle's")
+    return record, None

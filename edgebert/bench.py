@@ -1,6 +1,8 @@
 """`edgebert bench`: run the device harness on a model or bundle, on one or more targets, and
 compare results as a markdown table and a self-contained HTML chart.
 
+Several targets run at once, one lane each for remote ones (ssh, adb: a device fleet); targets on this
+machine (local, qemu) share one lane, so their timings do not contend for the same cores.
 Emulated runs (qemu) are labeled everywhere and charted apart: their timings are not device latency.
 """
 
@@ -10,10 +12,12 @@ import argparse
 import html
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .device_tests.files import write_bytes, write_json
-from .targets import BenchError, Job, parse
+from .device_tests.accelerators import DELEGATES, PROVIDERS
+from .targets import Adb, BenchError, Job, Local, parse
 
 DEFAULT_RUNS = {"warmup": 10, "runs": 100}
 EMULATED_RUNS = {"warmup": 1, "runs": 5}  # emulated float math is 300-500x slower
@@ -28,6 +32,7 @@ def resolve(model_or_bundle, fmt: str | None = None, inputs=None, manifest=None)
     path = Path(model_or_bundle)
     if not path.exists():
         raise BenchError(f"{path} does not exist: pass a model file or a bundle folder")
+    path = path.resolve()  # absolute: the local harness runs in a temporary folder
     suffixes = (f".{fmt}",) if fmt else (".onnx", ".tflite")
     if path.is_dir():
         models = sorted(p for p in path.iterdir() if p.suffix in suffixes)
@@ -38,10 +43,10 @@ def resolve(model_or_bundle, fmt: str | None = None, inputs=None, manifest=None)
         if path.suffix not in (".onnx", ".tflite"):
             raise BenchError(f"{path} is not a .onnx or .tflite model")
         models, folder = [path], path.parent
-    eval_set = Path(inputs) if inputs else folder / "eval.npz"
+    eval_set = Path(inputs).resolve() if inputs else folder / "eval.npz"
     if not eval_set.is_file():
         raise BenchError(f"no eval set at {eval_set}: pass --inputs EVAL.npz (written by the exporter)")
-    found = Path(manifest) if manifest else folder / "manifest.json"
+    found = Path(manifest).resolve() if manifest else folder / "manifest.json"
     if manifest and not found.is_file():
         raise BenchError(f"manifest {found} does not exist: fix --manifest")
     return [(m, eval_set, found if found.is_file() else None) for m in models]
@@ -50,27 +55,67 @@ def resolve(model_or_bundle, fmt: str | None = None, inputs=None, manifest=None)
 def bench(model_or_bundle, *, target="local", backend=None, fmt=None, threads=1, warmup=None, runs=None,
           duration=None, batch=1, pad_to=None, truncate=False, inputs=None, manifest=None, logits=False,
           timeout=None, json_out=None, ssh_key=None, ssh_options=(), remote_python=None, remote_dir=None,
-          benchmark_model=None, signature=None, log=_log) -> dict:
-    """Bench every model of `model_or_bundle` on each target (a name or a list of names).
+          benchmark_model=None, signature=None, provider=None, delegate=None, op_profile=False, log=_log) -> dict:
+    """Bench every model of `model_or_bundle` on each target (a name or a list of names), the targets
+    concurrently (see the module doc). `provider` (ONNX Runtime) and `delegate` (LiteRT) pick the
+    accelerator; `op_profile` asks adb's benchmark_model for its per-op profile.
 
-    Returns {"complete": True, "runs": [one harness result per model and target]}; any failure
-    raises BenchError instead, so a partial set is never returned as complete.
+    Returns {"complete": True, "runs": [one harness result per model and target, in target order]};
+    any failure raises BenchError naming every target that failed, so a partial set is never returned
+    as complete.
     """
     jobs = resolve(model_or_bundle, fmt, inputs, manifest)
-    results = []
-    for name in [target] if isinstance(target, str) else target:
-        t = parse(name, ssh_key=ssh_key, ssh_options=ssh_options, remote_python=remote_python,
-                  remote_dir=remote_dir, benchmark_model=benchmark_model, signature=signature, log=log)
+    if provider is not None and provider not in PROVIDERS:
+        raise BenchError(f"unknown provider {provider!r}: use one of {', '.join(PROVIDERS)}")
+    names = [target] if isinstance(target, str) else list(target)
+    if len(set(names)) != len(names):
+        raise BenchError(f"targets {names} repeat one: pass each --target once")
+    targets = [parse(name, ssh_key=ssh_key, ssh_options=ssh_options, remote_python=remote_python,
+                     remote_dir=remote_dir, benchmark_model=benchmark_model, signature=signature,
+                     op_profile=op_profile, log=log) for name in names]
+    if op_profile and not all(isinstance(t, Adb) and not t.remote_python for t in targets):
+        raise BenchError("--op-profile is benchmark_model's per-op profile: use it with adb targets without "
+                         "--remote-python")
+
+    def run_on(t) -> list[dict]:
         counts = EMULATED_RUNS if t.emulated else DEFAULT_RUNS
         settings = {"threads": threads, "warmup": counts["warmup"] if warmup is None else warmup,
                     "runs": counts["runs"] if runs is None else runs, "duration": duration, "batch": batch,
-                    "pad_to": pad_to, "truncate": truncate, "logits": logits, "emulated": t.emulated}
+                    "pad_to": pad_to, "truncate": truncate, "logits": logits, "emulated": t.emulated,
+                    "provider": provider, "delegate": delegate}
+        out = []
         for model, eval_set, found in jobs:
             log(f"bench: {model.name} on {t.name}" + (" (emulated: timings are not device latency)" if t.emulated else ""))
             result = t.run(Job(model, eval_set, found, backend, settings, timeout))
             result["target"] = t.name
             result["emulated"] = bool(result.get("emulated")) or t.emulated
-            results.append(result)
+            out.append(result)
+        return out
+
+    def lane(group) -> dict:
+        """Run targets one after another; a failure is kept, so the others still run."""
+        out = {}
+        for t in group:
+            try:
+                out[t.name] = run_on(t)
+            except BenchError as e:
+                out[t.name] = e
+        return out
+
+    here = [t for t in targets if isinstance(t, Local)]  # local and qemu share this machine's cores
+    lanes = ([here] if here else []) + [[t] for t in targets if not isinstance(t, Local)]
+    outcome = {}
+    with ThreadPoolExecutor(max_workers=len(lanes)) as pool:
+        for part in pool.map(lane, lanes):
+            outcome.update(part)
+    failed = [outcome[t.name] for t in targets if isinstance(outcome[t.name], BenchError)]
+    if len(targets) == 1 and failed:
+        raise failed[0]
+    if failed:
+        ok = [t.name for t in targets if not isinstance(outcome[t.name], BenchError)]
+        raise BenchError(f"{len(failed)} of {len(targets)} targets failed, so no results were written: "
+                         + "; ".join(map(str, failed)) + (f" (finished: {', '.join(ok)})" if ok else ""))
+    results = [r for t in targets for r in outcome[t.name]]
     report = {"complete": True, "runs": results}
     if json_out:
         write_json(json_out, report, indent=1)
@@ -183,7 +228,8 @@ def _run(args: argparse.Namespace) -> None:
                      manifest=args.manifest, logits=args.logits, timeout=args.timeout, json_out=args.json,
                      ssh_key=args.ssh_key, ssh_options=args.ssh_option, remote_python=args.remote_python,
                      remote_dir=args.remote_dir, benchmark_model=args.benchmark_model,
-                     signature=args.signature)["runs"]
+                     signature=args.signature, provider=args.provider, delegate=args.delegate,
+                     op_profile=args.op_profile)["runs"]
     if args.compare:
         runs += load(args.compare)
     print(table(runs))
@@ -199,10 +245,15 @@ def register(subparsers) -> argparse.ArgumentParser:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("model", nargs="?", help="a model (.onnx/.tflite) or a bundle folder (model.*, eval.npz, manifest.json)")
     p.add_argument("--target", action="append", help="local (default), ssh://user@host[:port], adb[:serial], "
-                   "qemu-aarch64[:cpu] (cortex-a72, cortex-a76, neoverse-n1); repeat for several")
+                   "qemu-aarch64[:cpu] (cortex-a72, cortex-a76, neoverse-n1); repeat for several: they run "
+                   "at once and share one comparison table")
     p.add_argument("--format", choices=("onnx", "tflite"), help="bench only this format of a bundle")
     p.add_argument("--backend", choices=("onnxruntime", "litert", "tflite-runtime"),
                    help="default: onnxruntime for .onnx, ai-edge-litert (else tflite-runtime) for .tflite")
+    p.add_argument("--provider", choices=PROVIDERS, help="onnxruntime execution provider (default cpu); "
+                   "the target refuses one its onnxruntime lacks")
+    p.add_argument("--delegate", help=f"LiteRT delegate: {', '.join(DELEGATES)} or a delegate library's path "
+                   "(adb benchmark_model: --use_xnnpack/--use_gpu/--use_nnapi)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--warmup", type=int, help="untimed runs (default 10; 1 under emulation)")
     p.add_argument("--runs", type=int, help="timed runs (default 100; 5 under emulation)")
@@ -226,5 +277,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--remote-dir", help="work folder on an ssh target (default /tmp/edgebert)")
     p.add_argument("--benchmark-model", help="adb: TFLite benchmark_model binary to push")
     p.add_argument("--signature", help="adb benchmark_model: the signature to time (default: fits the median length)")
+    p.add_argument("--op-profile", action="store_true", help="adb benchmark_model: time each op "
+                   "(--enable_op_profiling) and keep the per-op table in the result")
     p.set_defaults(run=_run)
     return p

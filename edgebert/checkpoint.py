@@ -4,7 +4,7 @@ Two folder formats:
 - edgebert's own: `config.json` with an "edgebert" key (any shape the passes produce) and
   `model.safetensors` in this project's names;
 - Hugging Face's, for every family in `edgebert.families` (BERT, RoBERTa, ALBERT, DistilBERT,
-  ELECTRA, MiniLM, ModernBERT): read by `load`, written by `save_hf` (transformers loads it back) when the
+  ELECTRA, MiniLM, ModernBERT, DeBERTa-v2/v3): read by `load`, written by `save_hf` (transformers loads it back) when the
   shape is one transformers can express. Nothing here depends on the family: the registry says.
 
 Weights come from safetensors, or from `pytorch_model.bin` through `torch.load(weights_only=True)`;
@@ -17,9 +17,11 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_model
 from torch import nn
@@ -27,10 +29,10 @@ from torch import nn
 from . import families
 from .errors import EdgebertError
 from .families import Family, Slice, linear
-from .model import HeadConfig, TaskModel, build, describe, encoder_of, from_description
+from .model import HeadConfig, TaskModel, blocks, build, describe, encoder_of, from_description
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
-                   "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model")
+                   "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "spm.model")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -41,14 +43,58 @@ def load(path: str | Path) -> nn.Module:
     """An Encoder or task model from an edgebert folder, a Hugging Face folder, or a hub id."""
     folder = _resolve(path)
     config = _read_json(folder / "config.json")
-    if "edgebert" in config:
-        model = from_description(config["edgebert"])
+    model, family = _build(folder, config)
+    if family is None:
         _load_state(model, _read_weights(folder), folder, names=None)
         return model.eval()
-    family = families.for_hf(config, str(folder / "config.json"))
-    model = build(family.from_hf(config), _head_from_hf(config, family))
     _load_state(model, _read_weights(folder), folder, names=_name_map(model, family), prefix=family.prefix)
     return model.eval()
+
+
+def _build(folder: Path, config) -> tuple[nn.Module, Family | None]:
+    """The (untrained) model config.json describes and its family (None: edgebert's own format), or
+    one line naming what in config.json is wrong."""
+    where = folder / "config.json"
+    if not isinstance(config, dict):
+        raise EdgebertError(f"{where} holds a JSON {type(config).__name__}, not an object: re-save the checkpoint")
+    fields = config.get("edgebert", {}).get("encoder", {}) if isinstance(config.get("edgebert"), dict) else config
+    try:
+        if "edgebert" in config:
+            return from_description(config["edgebert"]), None
+        family = families.for_hf(config, str(where))
+        return build(family.from_hf(config), _head_from_hf(config, family)), family
+    except KeyError as e:
+        raise EdgebertError(f"{where} lacks {e}: re-save the checkpoint, or add the field") from None
+    except (TypeError, ValueError, AttributeError) as e:
+        wrong = [f"{k} = {v!r}" for k, v in fields.items() if isinstance(v, str) and (k.startswith("num_") or
+                 k.endswith(("_size", "_layers", "_heads", "_positions", "_embeddings")))]
+        missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+                   if "NoneType" in str(e) and k not in fields and "dim" not in fields]
+        what = (f"{', '.join(wrong)} is not a number" if wrong else f"lacks {', '.join(missing)}" if missing
+                else f"{type(e).__name__}: {e}")
+        raise EdgebertError(f"{where}: {what}; fix config.json (or re-save the checkpoint)") from None
+    except EdgebertError:
+        width = _embedding_width(folder)
+        stated = fields.get("hidden_size")
+        if width is not None and isinstance(stated, int) and stated != width:
+            raise EdgebertError(f"{where}: hidden_size {stated} disagrees with the weights' width {width}; "
+                                f"set hidden_size = {width} (or re-save the checkpoint)") from None
+        raise
+
+
+def _embedding_width(folder: Path) -> int | None:
+    """The word-embedding width stored in the safetensors weights, read from the header only."""
+    from safetensors import safe_open
+
+    for f in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(f), "pt") as weights:
+                for name in weights.keys():
+                    if name.endswith("word_embeddings.weight"):
+                        return int(weights.get_slice(name).get_shape()[-1])
+        except (SafetensorError, OSError):
+            return None
+    return None
 
 
 def default_checkpoint() -> Path:
@@ -104,8 +150,9 @@ def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
         try:
             return torch.load(binary, map_location="cpu", weights_only=True)
         except Exception as e:  # pickle errors vary; weights_only refuses code either way
-            raise EdgebertError(f"{binary} cannot be read safely ({str(e).splitlines()[0]}): "
-                                "convert it to safetensors") from None
+            raise EdgebertError(f"{binary} cannot be read safely: it holds more than tensors (a pickle "
+                                f"that could run code; {type(e).__name__}), so edgebert will not load it: convert it to safetensors where you "
+                                "trust its source") from None
     raise EdgebertError(f"{folder} has no model.safetensors or pytorch_model.bin")
 
 
@@ -118,14 +165,18 @@ def _head_from_hf(config: dict, family: Family) -> HeadConfig | None:
     num_labels = config.get("num_labels", len(labels) or 2)
     if arch.endswith(("ForSequenceClassification", "ForTokenClassification")) and family.classifier is None:
         return None
+
+    def head(kind: str, **fields) -> HeadConfig:
+        return HeadConfig(kind=kind, **{**fields, **(family.head_from_hf(config, kind) if family.head_from_hf else {})})
+
     if arch.endswith("ForSequenceClassification"):
         pooler = family.pooler_activation if family.pooler else None
-        return HeadConfig(kind="sequence-classification", num_labels=num_labels, labels=labels, pooler=pooler)
+        return head("sequence-classification", num_labels=num_labels, labels=labels, pooler=pooler)
     if arch.endswith("ForTokenClassification"):
-        return HeadConfig(kind="token-classification", num_labels=num_labels, labels=labels, pooler=None)
+        return head("token-classification", num_labels=num_labels, labels=labels, pooler=None)
     if arch.endswith(("ForMaskedLM", "ForPreTraining")) and family.mlm:
         nsp = arch == f"{family.stem}ForPreTraining" and family.nsp is not None
-        return HeadConfig(kind="masked-lm", pooler=None, nsp=nsp)
+        return head("masked-lm", pooler=None, nsp=nsp)
     return None
 
 
@@ -145,6 +196,11 @@ def _name_map(model: nn.Module, family: Family) -> dict[str, str | Slice]:
             if family.pooler is None:
                 raise EdgebertError(f"{family.name}'s classifier has no pooler: use HeadConfig(pooler=None)")
             m.update(linear(family.pooler, "pooler.dense"))
+            if head.pooler_norm:
+                if family.pooler_norm is None:
+                    raise EdgebertError(f"{family.name}'s classifier has no norm after its pooler: use "
+                                        "HeadConfig(pooler_norm=False)")
+                m.update(linear(family.pooler_norm, "pooler.norm"))
         m.update(linear(family.classifier, "classifier"))
     elif head.kind == "token-classification":
         m.update(linear("classifier", "classifier"))
@@ -157,7 +213,8 @@ def _name_map(model: nn.Module, family: Family) -> dict[str, str | Slice]:
             if family.nsp is None:
                 raise EdgebertError(f"the next-sentence head is not mapped for {family.name}")
             m.update({**linear(family.nsp[0], "pooler.dense"), **linear(family.nsp[1], "nsp")})
-    return m
+    present = model.state_dict()  # heads without biases (ModernBERT's) have fewer tensors than `linear` names
+    return {ours: hf for ours, hf in m.items() if ours in present}
 
 
 def _prefixed(hf: str | Slice, prefix: str) -> str | Slice:
@@ -231,15 +288,19 @@ def save(model: nn.Module, path: str | Path, *, tokenizer_from: str | Path | Non
     return _write_folder(Path(path), write, tokenizer_from)
 
 
+FFN_PADDING = "edgebert_ffn_padding"  # config.json's record of FFN widths padded with zero neurons
+
+
 def save_hf(model: nn.Module, path: str | Path, *, tokenizer_from: str | Path | None = None) -> Path:
-    """Write a folder that transformers' Auto classes load, or explain why the shape can't be expressed."""
-    c = model.config
-    family = families.get(c.family)
-    if c.layer_heads or c.layer_ffn:
-        raise EdgebertError("per-layer head counts or FFN widths (a pruned model) are not expressible in "
-                            "transformers' configs: save with edgebert's own format or export to ONNX")
-    hf_config = _config_to_hf(model, family)
-    ours = model.state_dict()
+    """Write a folder that transformers' Auto classes load, or explain why the shape can't be expressed.
+
+    A pruned model is written exactly: per-layer head counts through config.json's `pruned_heads`
+    (transformers prunes those heads when it builds the model), per-layer FFN widths padded to the
+    widest layer with zero neurons (act(0) = 0, so they add nothing), which config.json records under
+    `edgebert_ffn_padding`."""
+    family = families.get(model.config.family)
+    hf_config = hf_config_of(model)
+    ours = _padded_state(model, hf_config[FFN_PADDING]["padded_to"] if FFN_PADDING in hf_config else None)
     state, fused = {}, {}
     for our, hf in _name_map(model, family).items():
         if isinstance(hf, Slice):
@@ -257,12 +318,57 @@ def save_hf(model: nn.Module, path: str | Path, *, tokenizer_from: str | Path | 
     return _write_folder(Path(path), write, tokenizer_from)
 
 
-def _config_to_hf(model: nn.Module, family: Family) -> dict:
+
+def hf_config_of(model: nn.Module) -> dict:
+    """The config.json save_hf writes for `model` (a bundle carries it for Optimum and transformers), or
+    an EdgebertError naming what transformers' config cannot say."""
+    c = model.config
+    family = families.get(c.family)
+    if c.norm_width:
+        raise EdgebertError("a width-pruned model (LayerNorms over the pre-pruning width, head_size apart from "
+                            "hidden_size) is not expressible in transformers' configs: save with edgebert's own "
+                            "format or export to ONNX")
+    widths = [c.ffn(i) for i in range(c.num_layers)]
+    padded = replace(c, layer_ffn=None, intermediate_size=max(widths))
+    out = _config_to_hf(model, family, padded)
+    if c.layer_heads and any(h != c.num_heads for h in c.layer_heads) and "pruned_heads" not in out:
+        raise EdgebertError(f"per-layer head counts (a pruned model) are not expressible in transformers' "
+                            f"{family.name} config: save with edgebert's own format or export to ONNX")
+    if len(set(widths)) > 1:
+        out[FFN_PADDING] = {"widths": widths, "padded_to": max(widths),
+                            "how": "zero rows of intermediate.dense and zero columns of output.dense: exact"}
+    return out
+
+
+def _padded_state(model: nn.Module, width: int | None) -> dict[str, torch.Tensor]:
+    """`model`'s state dict with every FFN widened to `width` by zero neurons (None: as it is)."""
+    state = model.state_dict()
+    if width is None:
+        return state
+    names: dict[int, list[str]] = {}
+    for name, module in model.named_modules(remove_duplicate=False):  # shared layers: every alias
+        names.setdefault(id(module), []).append(name)
+    for block in blocks(model):
+        grow = width - block.ffn_in.out_features
+        for linear_in in (block.ffn_in, block.ffn_gate):
+            for name in names[id(linear_in)] if grow > 0 and linear_in is not None else ():
+                state[f"{name}.weight"] = F.pad(linear_in.weight.detach(), (0, 0, 0, grow))
+                if linear_in.bias is not None:
+                    state[f"{name}.bias"] = F.pad(linear_in.bias.detach(), (0, grow))
+        for name in names[id(block.ffn_out)] if grow > 0 else ():
+            state[f"{name}.weight"] = F.pad(block.ffn_out.weight.detach(), (0, grow))
+    return state
+
+
+def _config_to_hf(model: nn.Module, family: Family, config) -> dict:
+    """config.json for `model` with encoder shape `config` (its own, or its FFN padded)."""
     head = model.head if isinstance(model, TaskModel) else None
     suffix = {"sequence-classification": "ForSequenceClassification", "token-classification":
               "ForTokenClassification", "masked-lm": "ForMaskedLM"}.get(head.kind if head else "", "Model")
     out = {"model_type": family.model_types[0], "architectures": [family.stem + suffix],
-           **family.to_hf(model.config)}
+           **family.to_hf(config)}
+    if head and family.head_to_hf:
+        out.update(family.head_to_hf(head, config))
     if head and head.kind in ("sequence-classification", "token-classification"):
         labels = head.labels or [f"LABEL_{i}" for i in range(head.num_labels)]
         out.update(num_labels=head.num_labels, id2label={str(i): l for i, l in enumerate(labels)},
@@ -273,7 +379,13 @@ def _config_to_hf(model: nn.Module, family: Family) -> dict:
 
 
 def _write_folder(path: Path, write, tokenizer_from: str | Path | None) -> Path:
-    """Write into a temporary sibling folder, then rename: never a half-written checkpoint."""
+    """Write into a temporary sibling folder, then rename: never a half-written checkpoint. An existing
+    checkpoint at `path` is replaced; any other non-empty folder is refused, never emptied."""
+    if path.exists() and not path.is_dir():
+        raise EdgebertError(f"{path} is a file: pass a folder to save the checkpoint in")
+    if path.is_dir() and any(path.iterdir()) and not (path / "config.json").is_file():
+        raise EdgebertError(f"{path} is a non-empty folder that is not a checkpoint, and saving would replace "
+                            "what is in it: pass a new or empty folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:

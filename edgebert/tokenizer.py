@@ -1,11 +1,14 @@
 """The checkpoint's own tokenizer, loaded through Hugging Face (fast), described for the manifest.
 
-Token ids must match what the model saw in training, so nothing here re-implements WordPiece or
-BPE: `tokenizers` does the splitting, the special tokens and the `[CLS] A [SEP] B [SEP]` layout.
+Token ids must match what the model saw in training, so nothing here re-implements WordPiece, BPE or
+SentencePiece's Unigram: `tokenizers` does the splitting, the special tokens and the `[CLS] A [SEP] B [SEP]`
+layout.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +34,12 @@ def load_tokenizer(path_or_hub_id: str | Path, **kwargs) -> PreTrainedTokenizerF
     source = str(path_or_hub_id)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, **kwargs)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, ImportError) as e:
+        if _sentencepiece_only(source):
+            raise EdgebertError(
+                f"cannot load a tokenizer from {source}: its SentencePiece model converts to a fast tokenizer "
+                "only with sentencepiece and protobuf installed: pip install 'edgebert[sentencepiece]'"
+            ) from e
         raise EdgebertError(
             f"cannot load a tokenizer from {source}: {_first_line(e)}; pass a checkpoint folder "
             "with tokenizer.json (or vocab.txt), or a hub id while online"
@@ -47,6 +55,15 @@ def load_tokenizer(path_or_hub_id: str | Path, **kwargs) -> PreTrainedTokenizerF
     ):
         tokenizer.model_max_length = positions
     return tokenizer
+
+
+def _sentencepiece_only(source: str) -> bool:
+    """A folder with a SentencePiece model (DeBERTa-v3's spm.model) but no tokenizer.json, and without
+    the packages transformers converts it with."""
+    folder = Path(source)
+    if not folder.is_dir() or (folder / "tokenizer.json").exists() or not any(folder.glob("*.model")):
+        return False
+    return any(importlib.util.find_spec(name) is None for name in ("sentencepiece", "google.protobuf"))
 
 
 def _config_positions(source: str, kind: str) -> int | None:
@@ -80,13 +97,13 @@ def check_max_length(tokenizer: PreTrainedTokenizerFast, max_length: int) -> Non
     if limit is not None and max_length > limit:
         raise EdgebertError(
             f"max_length {max_length} exceeds the model's {limit} positions; "
-            f"use --max-length {limit} or less"
+            f"set max_length = {limit} or less in the recipe"
         )
     specials = tokenizer.num_special_tokens_to_add(pair=True)
     if max_length <= specials:
         raise EdgebertError(
             f"max_length {max_length} leaves no room for text after {specials} special tokens; "
-            "use a larger --max-length"
+            "set a larger max_length in the recipe"
         )
 
 
@@ -120,6 +137,7 @@ def encode(
             f"{source}: {len(texts)} texts but {len(text_pairs)} text pairs; pass one pair per text"
         )
     texts, text_pairs = list(texts), None if text_pairs is None else list(text_pairs)
+    texts, text_pairs = _clip(texts, max_length, is_split_into_words, source), _clip(text_pairs, max_length, False, source)
     # One token over the limit is enough to tell a truncated input from one that fits exactly.
     probe = _call(tokenizer, texts, text_pairs, max_length + 1, is_split_into_words)
     input_ids, token_type_ids = probe["input_ids"], probe["token_type_ids"]
@@ -139,10 +157,28 @@ def encode(
                 word_ids[i] = redo.word_ids(j)
         warnings.warn(
             f"{source}: truncated {len(long)} of {len(texts)} inputs to max_length={max_length} "
-            f"tokens; raise --max-length (model limit {max_positions(tokenizer)}) to keep them",
+            f"tokens; raise max_length in the recipe (model limit {max_positions(tokenizer)}) to keep them",
             stacklevel=2,
         )
     return Encoded(input_ids, token_type_ids, word_ids, len(long))
+
+
+CHARS_PER_TOKEN = 32  # no word piece is longer; text past max_length * this can never reach the model
+
+
+def _clip(texts: list | None, max_length: int, words: bool, source: str) -> list | None:
+    """Texts cut to what `max_length` tokens can hold, in characters (words for pre-split input), before
+    the tokenizer sees them: its memory grows with the input, and a 100k-character pair took gigabytes."""
+    if texts is None:
+        return None
+    chars = max_length * CHARS_PER_TOKEN
+    clipped = [t[:max_length] if words else t[:chars] for t in texts]
+    cut = sum(len(a) != len(b) for a, b in zip(texts, clipped))
+    if cut:
+        warnings.warn(f"{source}: {cut} of {len(texts)} inputs are over {chars if not words else max_length} "
+                      f"{'words' if words else 'characters'}, more than max_length={max_length} tokens can hold; "
+                      "cut before tokenizing", stacklevel=3)
+    return clipped
 
 
 def _call(tokenizer, texts, text_pairs, max_length, is_split_into_words):
@@ -200,10 +236,23 @@ def _template(tokenizer: PreTrainedTokenizerFast, pair: bool) -> str:
     return " ".join(parts)
 
 
-def save(tokenizer: PreTrainedTokenizerFast, folder: str | Path) -> list[Path]:
-    """Write tokenizer.json (+ config) and, for WordPiece, the vocab.txt TFLite metadata names."""
+def save(tokenizer: PreTrainedTokenizerFast, folder: str | Path, *, max_length: int | None = None) -> list[Path]:
+    """Write tokenizer.json (+ config) and, for WordPiece, the vocab.txt TFLite metadata names.
+
+    `max_length` (a bundle's input contract) becomes tokenizer_config's model_max_length and
+    tokenizer.json's truncation and padding length, so a runtime that reads those files (Hugging Face
+    tokenizers in an app, say) cuts and pads where the model files expect it."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if max_length is not None:
+        check_max_length(tokenizer, max_length)
+        tokenizer = copy.deepcopy(tokenizer)  # the caller's tokenizer keeps its own settings
+        tokenizer.model_max_length = max_length
+        backend = tokenizer.backend_tokenizer
+        backend.enable_truncation(max_length, direction=tokenizer.truncation_side)
+        backend.enable_padding(direction=tokenizer.padding_side, pad_id=tokenizer.pad_token_id,
+                               pad_type_id=tokenizer.pad_token_type_id, pad_token=str(tokenizer.pad_token),
+                               length=max_length)
     written = {Path(p) for p in tokenizer.save_pretrained(str(folder))}
     vocab_txt = folder / "vocab.txt"
     if type(tokenizer.backend_tokenizer.model).__name__ == "WordPiece" and not vocab_txt.exists():

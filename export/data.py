@@ -16,31 +16,37 @@ from torch import nn
 from edgebert.device_tests.backends import batches, place
 from edgebert.errors import EdgebertError
 from edgebert import families
-from edgebert.model import config_of
+from edgebert.model import Embedder, config_of
 
 ALL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+OUTPUTS = ("logits", "embeddings")  # scores of a classifier or regressor; a sentence embedder's vectors
 
 
 @dataclass(frozen=True, kw_only=True)
 class InputSpec:
-    """Which of the three BERT inputs the model takes (DistilBERT-style models lack token_type_ids)."""
+    """Which of the three BERT inputs the model takes (DistilBERT-style models lack token_type_ids),
+    and what its one output is named in the exported file."""
 
     names: tuple[str, ...] = ALL_INPUTS
+    output: str = "logits"
 
     def __post_init__(self):
         unknown = [n for n in self.names if n not in ALL_INPUTS]
         if unknown or "input_ids" not in self.names:
             raise EdgebertError(f"InputSpec names {self.names} must include input_ids and only use {ALL_INPUTS}")
+        if self.output not in OUTPUTS:
+            raise EdgebertError(f"InputSpec output {self.output!r}: use one of {OUTPUTS}")
 
     @classmethod
     def of(cls, model: nn.Module) -> "InputSpec":
         """The inputs of an edgebert model's family (less segment ids when it has no segment table);
-        all three for any other module."""
+        all three for any other module. An Embedder's output is `embeddings`, any other `logits`."""
         config = config_of(model)
         if config is None:
             return cls()
         names = families.get(config.family).inputs
-        return cls(names=tuple(n for n in names if n != "token_type_ids" or config.type_vocab_size))
+        output = "embeddings" if isinstance(model, Embedder) else "logits"
+        return cls(names=tuple(n for n in names if n != "token_type_ids" or config.type_vocab_size), output=output)
 
 
 def load_arrays(data, *, what: str = "eval set", spec: InputSpec | None = None) -> dict[str, np.ndarray]:

@@ -46,6 +46,7 @@ def add_metadata(model: str | Path, out: str | Path, *, tokenizer_dir: str | Pat
     raw = model.read_bytes()
     if raw[4:8] != b"TFL3":
         raise EdgebertError(f"{model} is not a TFLite flatbuffer: pass a .tflite file")
+    _check_tokenizer_kind(tokenizer_dir)
     tree = fb.ModelT.InitFromObj(fb.Model.GetRootAs(raw, 0))
     key = _keep_signature(tree, signature, model)
     length = _check_io(tree, len(labels), model)
@@ -124,6 +125,23 @@ def _check_io(tree, num_labels: int, path: Path) -> int:
     return int(next(iter(shapes))[1])
 
 
+# What MediaPipe Tasks' TextClassifier tokenizes with, by `tokenizers` model name, when edgebert cannot
+# write it: BPE it has no tokenizer for; SentencePiece (Unigram) it has, but edgebert writes WordPiece only.
+_UNSUPPORTED = {"BPE": "MediaPipe's TextClassifier has no BPE tokenizer (it runs WordPiece and SentencePiece)",
+                "Unigram": "edgebert writes MediaPipe's WordPiece tokenizer metadata only, not SentencePiece yet"}
+
+
+def _check_tokenizer_kind(folder: Path) -> None:
+    """Refuse, first and in one line, a tokenizer MediaPipe's classifier would not reproduce."""
+    from edgebert.tokenizer import load_tokenizer
+
+    kind = type(load_tokenizer(folder).backend_tokenizer.model).__name__
+    if kind != "WordPiece":
+        reason = _UNSUPPORTED.get(kind, f"MediaPipe's TextClassifier has no {kind} tokenizer")
+        raise EdgebertError(f"{reason}, and this model's tokenizer is {kind}: ship model.tflite with the bundle's "
+                            "tokenizer.json instead")
+
+
 def _check_tokenizer(folder: Path, length: int) -> bytes:
     """vocab.txt, if MediaPipe's tokenizer would reproduce the checkpoint's ids: uncased WordPiece
     with [CLS]/[SEP]/[UNK] (MediaPipe lower-cases every input and hard-codes those tokens)."""
@@ -134,7 +152,7 @@ def _check_tokenizer(folder: Path, length: int) -> bytes:
     info = describe(load_tokenizer(folder), length)
     tokens = {k: v["token"] for k, v in info["special_tokens"].items()}
     wanted = {"cls": "[CLS]", "sep": "[SEP]", "unk": "[UNK]"}
-    if info["type"] != "WordPiece" or not info["lowercase"] or any(tokens.get(k) != v for k, v in wanted.items()):
+    if not info["lowercase"] or any(tokens.get(k) != v for k, v in wanted.items()):
         raise EdgebertError(f"MediaPipe's BERT classifier tokenizes as uncased WordPiece with [CLS]/[SEP]/[UNK], but "
                             f"{folder} is {'' if info['lowercase'] else 'cased '}{info['type']} with {tokens}: "
                             "ship model.tflite with your own tokenizer instead")

@@ -63,7 +63,7 @@ class Positional(nn.Module):
     def forward(self, *args):
         out = self.model(**dict(zip(self.names, args)))
         if not isinstance(out, torch.Tensor):
-            raise EdgebertError(f"{type(self.model).__name__} returns {type(out).__name__}, not one logits tensor: "
+            raise EdgebertError(f"{type(self.model).__name__} returns {type(out).__name__}, not one output tensor: "
                                 "export a model whose forward returns a single tensor")
         return out
 
@@ -100,13 +100,13 @@ def trace(model: nn.Module, spec: InputSpec, config: OnnxExportConfig, out: Path
     dtype = torch.int32 if config.input_dtype == "int32" else torch.int64
     args = tuple(sample_inputs(model, spec, dtype).values())
     axes = {n: {0: "batch", 1: "sequence"} for n in spec.names}
-    axes["logits"] = {0: "batch"}
+    axes[spec.output] = {0: "batch"}
     model.eval()
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             torch.onnx.export(Positional(model, spec.names), args, str(out), input_names=list(spec.names),
-                              output_names=["logits"], dynamic_axes=axes, opset_version=config.opset,
+                              output_names=[spec.output], dynamic_axes=axes, opset_version=config.opset,
                               dynamo=False, do_constant_folding=True)
     except EdgebertError:
         raise
@@ -182,7 +182,7 @@ def export_onnx(model: nn.Module, config: OnnxExportConfig, spec: InputSpec, out
             dst.write_bytes(raw.read_bytes())
             info = {"optimization": "none"}
     return {"format": "onnx", "opset": config.opset, "inputs": list(spec.names), "input_dtype": config.input_dtype,
-            "outputs": ["logits"], "dynamic_axes": ["batch", "sequence"], **info}
+            "outputs": [spec.output], "dynamic_axes": ["batch", "sequence"], **info}
 
 
 def onnx_io(path: Path) -> dict:

@@ -2,7 +2,7 @@
 
 litert-torch converts at fixed shapes only (dynamic sequence length fails in tracing, and a
 quantized file cannot be resized), so each length in `seq_lens` becomes a signature `seq_<T>`
-with int32 inputs named like the model's and one output `logits`; the runtime picks the
+with int32 inputs named like the model's and one output (`logits`, or an embedder's `embeddings`); the runtime picks the
 smallest bucket that holds the input (`device_tests.backends.pick_signature`).
 """
 
@@ -49,17 +49,17 @@ class TFLiteExportConfig(Config):
 
 
 class Named(nn.Module):
-    """Keyword inputs in, `{"logits": ...}` out: the names become the signature's input and output names."""
+    """Keyword inputs in, `{output: ...}` out: the names become the signature's input and output names."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, output: str):
         super().__init__()
-        self.model = model
+        self.model, self.output = model, output
 
     def forward(self, **inputs):
         out = self.model(**{k: v.long() for k, v in inputs.items()})
         if not isinstance(out, torch.Tensor):
-            raise EdgebertError(f"{type(self.model).__name__} returns {type(out).__name__}, not one logits tensor")
-        return {"logits": out}
+            raise EdgebertError(f"{type(self.model).__name__} returns {type(out).__name__}, not one output tensor")
+        return {self.output: out}
 
 
 def _max_length(model: nn.Module) -> int | None:
@@ -74,7 +74,7 @@ def convert(model: nn.Module, spec: InputSpec, seq_lens, batch_size: int = 1) ->
     limit = _max_length(model)
     if limit is not None and max(seq_lens) > limit:
         raise EdgebertError(f"seq_lens {tuple(seq_lens)} exceed the model's {limit} positions: drop the longer lengths")
-    wrapped = Named(model.eval()).eval()
+    wrapped = Named(model.eval(), spec.output).eval()
     converter = None
     for t in sorted(seq_lens):
         sample = {k: torch.zeros(batch_size, t, dtype=torch.int32) for k in spec.names}
@@ -116,7 +116,7 @@ def export_tflite(model: nn.Module, config: TFLiteExportConfig, spec: InputSpec,
     with atomic_path(out) as tmp:
         tmp.write_bytes(data)
     return {"format": "tflite", "precision": config.precision, "inputs": list(spec.names), "input_dtype": "int32",
-            "outputs": ["logits"], "batch_size": config.batch_size,
+            "outputs": [spec.output], "batch_size": config.batch_size,
             "signatures": {f"seq_{t}": t for t in sorted(config.seq_lens)}}
 
 

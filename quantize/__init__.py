@@ -34,8 +34,12 @@ __all__ = ["quantize", "DynamicInt8Config", "StaticInt8Config", "MixedPrecisionC
 def _spec_of_file(path: Path, fmt: formats.Format) -> InputSpec:
     meta = sidecar(path, "meta")
     if meta.is_file():
-        return InputSpec(names=tuple(json.loads(meta.read_text())["inputs"]))
-    return InputSpec(names=tuple(fmt.open(path).names))
+        meta = json.loads(meta.read_text())
+        return InputSpec(names=tuple(meta["inputs"]), output=meta.get("outputs", ["logits"])[0])
+    runtime = fmt.open(path)
+    signatures = getattr(runtime, "signatures", None)  # TFLite: the output is named per signature
+    output = next(iter(signatures.values())).output if signatures else runtime.output
+    return InputSpec(names=tuple(runtime.names), output=output)
 
 
 def quantize(model: nn.Module | str | Path, config, *, out: str | Path, calibration=None, eval_data=None,
@@ -87,7 +91,7 @@ def quantize(model: nn.Module | str | Path, config, *, out: str | Path, calibrat
         with atomic_path(out) as dst:
             shutil.copyfile(job.out, dst)
     meta = {"format": fmt.name, "inputs": list(spec.names), "input_dtype": src_meta.get("input_dtype"),
-            "outputs": ["logits"], **({"signatures": src_meta["signatures"]} if "signatures" in src_meta else {}),
+            "outputs": [spec.output], **({"signatures": src_meta["signatures"]} if "signatures" in src_meta else {}),
             "source": type(model).__name__ if module is not None else Path(model).name,
             "config": {"type": type(config).__name__, **asdict(config)}, **info}
     write_json(sidecar(out, "meta"), meta)

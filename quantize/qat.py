@@ -22,7 +22,7 @@ from torch import nn
 from edgebert.errors import EdgebertError
 from edgebert.device_tests.backends import batches
 from edgebert.export import InputSpec, OnnxExportConfig, TFLiteExportConfig, export
-from edgebert.passes.losses import soft_loss
+from edgebert.passes.losses import output_loss
 from edgebert.passes.train import Objective, train
 
 from . import onnx_ptq, tflite_ptq
@@ -89,7 +89,8 @@ def prepare(model: nn.Module, *, act_range: tuple[int, int], weight_max: int) ->
 
 
 class MatchFloat(Objective):
-    """The fake-quantized student's soft-logit loss (passes.losses) against the float model.
+    """The fake-quantized student's output loss (passes.losses: soft logits, an embedder's cosine)
+    against the float model.
 
     The float model is not a submodule (never trained or saved), and the student stays in eval mode
     while it trains: no dropout, so the ranges it observes are those it will meet at inference."""
@@ -108,7 +109,7 @@ class MatchFloat(Objective):
         feed = {k: batch[k] for k in self.names}
         with torch.no_grad():
             target = self.reference(**feed)
-        return soft_loss(self.model(**feed), target, self.temperature)
+        return output_loss(self.model, self.model(**feed), target, self.temperature)
 
 
 def _items(arrays: dict) -> list[dict]:

@@ -177,3 +177,108 @@ def bench_scripts():
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "bench"))
         yield SimpleNamespace(**{name.lstrip("_"): importlib.import_module(name) for name in names})
+
+
+def subword_tokenizer(folder, texts, *, kind="BPE", vocab_size=300, model_max_length=64):
+    """Write a tokenizer trained offline on `texts` to `folder` and return its vocabulary size: byte-level BPE
+    like ModernBERT's, or a SentencePiece-style Unigram like DeBERTa-v3's; [CLS] A [SEP], cased."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+    if kind == "BPE":
+        tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+        tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    else:
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer, tok.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="[UNK]")
+    tok.train_from_iterator(texts, trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                            pad_token="[PAD]", mask_token="[MASK]",
+                            model_max_length=model_max_length).save_pretrained(str(folder))
+    return tok.get_vocab_size()
+
+
+# ---------------------------------------------------------------------------------------------
+# The fault catalogue's fixture set (tests/test_faults.py): one tiny checkpoint with its tokenizer,
+# one tiny SST-2 data folder, and builders of broken copies and recipes.
+
+
+class FaultKit:
+    """A good tiny checkpoint (`ckpt`), data root (`data`) and HF-format checkpoint (`hf`), and copies of them
+    with one thing broken; `recipe(...)` writes a recipe that compiles in seconds from them."""
+
+    def __init__(self, root):
+        import json as _json
+
+        from edgebert import checkpoint
+
+        self.root = root
+        tok = root / "tokenizer"
+        tok.mkdir()
+        (tok / "vocab.txt").write_text("\n".join(PASS_SPECIALS + PASS_WORDS) + "\n")
+        (tok / "tokenizer_config.json").write_text(_json.dumps({"tokenizer_class": "BertTokenizer",
+                                                                "do_lower_case": True, "model_max_length": 64}))
+        self.tokenizer = tok
+        self.ckpt = checkpoint.save(tiny_model(num_layers=2), root / "ckpt", tokenizer_from=tok)
+        self.hf = checkpoint.save_hf(tiny_model(num_layers=2), root / "hf", tokenizer_from=tok)
+        self.data = root / "data"
+        rng = random.Random(0)
+        (self.data / "sst2").mkdir(parents=True)
+        for split, n in (("train", 48), ("dev", 24)):
+            lines = ["sentence\tlabel"]
+            for _ in range(n):
+                words = [rng.choice(PASS_WORDS) for _ in range(rng.randint(3, 10))]
+                lines.append(" ".join(words) + "\t" + str(int("good" in words or "great" in words)))
+            (self.data / "sst2" / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+        self.count = 0
+
+    def _fresh(self, name):
+        self.count += 1
+        return self.root / f"{name}{self.count}"
+
+    def data_with(self, train: bytes | None = None, dev: bytes | None = None):
+        import shutil
+
+        folder = self._fresh("data")
+        shutil.copytree(self.data, folder)
+        for split, content in (("train", train), ("dev", dev)):
+            if content is not None:
+                (folder / "sst2" / f"{split}.tsv").write_bytes(content)
+        return folder
+
+    def ckpt_with(self, config=None, drop=(), hf=False, change=None):
+        """A copy of the (HF with `hf`) checkpoint: config.json replaced (text, or a dict), or `change(dict)`
+        applied to it, files in `drop` removed."""
+        import json as _json
+        import shutil
+
+        folder = self._fresh("ckpt")
+        shutil.copytree(self.hf if hf else self.ckpt, folder)
+        if change is not None:
+            config = _json.loads((folder / "config.json").read_text())
+            change(config)
+        if config is not None:
+            (folder / "config.json").write_text(config if isinstance(config, str) else _json.dumps(config))
+        for name in drop:
+            (folder / name).unlink()
+        return folder
+
+    def recipe(self, tables: str = "", *, model=None, stages='["finetune", "export"]', max_length=16, top=""):
+        path = self._fresh("recipe").with_suffix(".toml")
+        path.write_text(f'task = "sst2"\nmodel = "{model or self.ckpt}"\nmax_length = {max_length}\n'
+                        f"stages = {stages}\n{top}\n[finetune.train]\nsteps = 1\n"
+                        + (tables if "[export]" in tables else
+                           '[export]\nformats = ["onnx"]\nseq_lens = [16]\nbench = false\n' + tables))
+        return path
+
+
+@pytest.fixture(scope="session")
+def fault_kit(tmp_path_factory) -> FaultKit:
+    return FaultKit(tmp_path_factory.mktemp("faults"))

@@ -2,6 +2,7 @@
 
 import errno
 import json
+import re
 import shutil
 import subprocess
 import zipfile
@@ -19,8 +20,8 @@ pytest.importorskip("onnx", reason="onnx is not installed (pip install 'edgebert
 
 LABELS = ["negative", "positive"]
 STAGES = [{"name": "finetune", "params": {"epochs": 3, "lr": 5e-5}, "bytes": 90_000_000, "flops": 1_400_000_000,
-           "metrics": {"accuracy": 91.3}, "wall_s": 812.5},
-          {"name": "quantize", "params": {"scheme": "static-int8"}, "bytes": 23_000_000, "metrics": {"accuracy": 90.8}}]
+           "metrics": {"accuracy": 0.913}, "wall_s": 812.5},
+          {"name": "quantize", "params": {"scheme": "static-int8"}, "bytes": 23_000_000, "metrics": {"accuracy": 0.908}}]
 POINTS = [{"stage": "finetune", "format": "onnx", "latency_ms": 9.5, "metric": 91.3, "bytes": 90_000_000},
           {"stage": "quantize", "format": "onnx", "latency_ms": 4.1, "metric": 90.8, "bytes": 23_000_000},
           {"stage": "quantize", "format": "tflite", "latency_ms": 5.0, "metric": 90.1, "bytes": 24_000_000}]
@@ -167,7 +168,7 @@ def test_tampering_is_detected(inputs, tmp_path):
     from edgebert.device_tests.manifest import verify
 
     with pytest.raises(HarnessError, match="truncated or stale"):  # the on-device harness reads the same manifest
-        verify(str(out / "manifest.json"), str(out / "model.onnx"), sha256(str(out / "model.onnx")), True)
+        verify(str(out / "manifest.json"), str(out / "model.onnx"), sha256(str(out / "model.onnx")))
     (out / "model.onnx").unlink()
     with pytest.raises(EdgebertError, match="lacks model.onnx"):
         verify_bundle(out)
@@ -179,10 +180,11 @@ def test_tampering_is_detected(inputs, tmp_path):
 def test_report_is_self_contained_with_table_and_chart(inputs, tmp_path):
     out = write_bundle(tmp_path / "b", **inputs)
     html = (out / "report.html").read_text()
-    assert "<table>" in html and "<svg" in html and "</svg>" in html
-    assert "<td>finetune</td>" in html and "epochs=3" in html and "accuracy=91.3" in html
-    assert html.count("<circle") == len(POINTS) + 2  # one per point, one per format in the legend
-    assert "<script" not in html and "src=" not in html and "href=" not in html
+    assert "<table" in html and "<svg" in html and "</svg>" in html
+    assert "<td>finetune</td>" in html and "epochs=3" in html and ">91.30<" in html  # metrics in points
+    assert all(f"{p['stage']} · {p['format']}: {p['metric']:.2f}" in html for p in POINTS)  # one legend entry each
+    assert "<script" not in html and "src=" not in html
+    assert {link[0] for link in re.findall(r'href="(.)', html)} <= {"#"}  # links only inside its own SVGs
     assert "812.5" not in html  # wall time varies between runs; it lives in manifest.json only
     assert json.loads((out / "manifest.json").read_text())["pareto"][0]["metric_name"] == "accuracy"
     with zipfile.ZipFile(out / "eval.npz") as zf:

@@ -30,6 +30,11 @@ FAMILIES = {
     # Rotary, sliding-window layers (1 and 3) and a GeGLU FFN; its classifier head is not mapped.
     "modernbert": (lambda: T.ModernBertConfig(**{**SMALL, "num_hidden_layers": 4}, pad_token_id=0, local_attention=4,
                                               global_attn_every_n_layers=2), T.ModernBertModel, None),
+    # DeBERTa-v3's switches; tests/test_deberta.py covers the others.
+    "deberta": (lambda: T.DebertaV2Config(**SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"],
+                                          position_buckets=8, max_relative_positions=32, share_att_key=True,
+                                          norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0),
+                T.DebertaV2Model, T.DebertaV2ForSequenceClassification),
 }
 
 
@@ -116,7 +121,7 @@ def test_edgebert_format_round_trips_shared_and_pruned_shapes(tmp_path):
     assert torch.equal(model(ids), again(ids))
     layers = again.encoder.encoder.layer
     assert layers[0].attention is layers[1].attention and layers[1].attention is not layers[2].attention
-    with pytest.raises(EdgebertError, match="not expressible"):
+    with pytest.raises(EdgebertError, match="sharing .* need the albert family"):
         save_hf(again, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
 

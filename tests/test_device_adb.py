@@ -52,6 +52,22 @@ INFO: Inference timings in us: Init: 3200, First inference: 112, Warmup (avg): 1
 INFO: Memory footprint delta from the start of the tool (MB): init=2.5 overall=3.1
 INFO: Overall peak memory footprint (MB) via periodic monitoring: 9.8
 LOG
+case "$*" in *--enable_op_profiling=true*) cat <<'LOG'
+Profiling Info for Benchmark Initialization:
+============================== Summary by node type ==============================
+	             [Node type]	  [count]	  [avg ms]	    [avg %]	    [cdf %]	  [mem KB]	[times called]
+	 ModifyGraphWithDelegate	        1	     2.000	   100.000%	   100.000%	     0.000	        1
+
+Operator-wise Profiling Info for Regular Benchmark Runs:
+============================== Summary by node type ==============================
+	             [Node type]	  [count]	  [avg ms]	    [avg %]	    [cdf %]	  [mem KB]	[times called]
+	                 EMBEDDING_LOOKUP	        2	     0.010	    10.000%	    10.000%	     0.000	        2
+	 TfLiteXNNPackDelegate	        1	     0.080	    80.000%	    90.000%	     0.000	        1
+	                 RESHAPE	        3	     0.010	    10.000%	   100.000%	     0.000	        3
+
+Timings (microseconds): count=50 first=101 curr=99 min=94 max=388 avg=100.2 std=10
+LOG
+;; esac
 '''
 
 
@@ -86,9 +102,31 @@ def test_adb_benchmark_model_latency_only(tiny, adb):
     median = int(np.median(np.load(tiny["bundle"] / "eval.npz")["lengths"]))
     expected = min(t for t in (16, 32, 64) if t >= median)
     assert "--graph=/data/local/tmp/edgebert/bench/model.tflite" in adb["log"].read_text()  # what the phone saw
-    assert {"--num_threads=2", "--warmup_runs=3", "--num_runs=50",
-            f"--signature_to_run_for_benchmark=seq_{expected}"} <= set(args)
+    assert {"--num_threads=2", "--warmup_runs=3", "--num_runs=50", f"--signature_to_run_for=seq_{expected}"} <= set(args)
+    assert not any(a.startswith(("--use_", "--enable_op_profiling")) for a in args)  # benchmark_model's defaults
     assert "-s emulator-5554 push" in adb["log"].read_text()
+
+
+@pytest.mark.parametrize("delegate, flag", [("gpu", "--use_gpu=true"), ("nnapi", "--use_nnapi=true"),
+                                            ("xnnpack", "--use_xnnpack=true"), ("cpu", "--use_xnnpack=false")])
+def test_adb_passes_delegate_signature_and_op_profiling(tiny, adb, delegate, flag):
+    (r,) = bench(tiny["bundle"] / "model.tflite", target="adb:emulator-5554", benchmark_model=str(adb["tool"]),
+                 warmup=1, runs=5, delegate=delegate, signature="seq_32", op_profile=True)["runs"]
+    args = (adb["phone"] / "benchmark_model.args").read_text().split()
+    assert {flag, "--signature_to_run_for=seq_32", "--enable_op_profiling=true"} <= set(args)
+    assert r["runtime"]["delegate"] == delegate and r["settings"]["signature"] == "seq_32"
+    ops = r["op_profile"]["ops"]  # the regular runs' table, not the initialization one
+    assert [o["op"] for o in ops] == ["TfLiteXNNPackDelegate", "EMBEDDING_LOOKUP", "RESHAPE"]
+    assert ops[0]["ms"] == pytest.approx(0.08) and ops[0]["share"] == pytest.approx(0.8)
+    assert ops[2]["calls_per_run"] == 3
+
+
+def test_adb_refuses_what_benchmark_model_cannot_take(tiny, adb):
+    with pytest.raises(BenchError, match="benchmark_model takes --delegate xnnpack, cpu, gpu, nnapi"):
+        bench(tiny["bundle"] / "model.tflite", target="adb:emulator-5554", benchmark_model=str(adb["tool"]),
+              delegate="/vendor/lib64/libedgetpu.so")
+    with pytest.raises(BenchError, match="--op-profile is benchmark_model's"):
+        bench(tiny["bundle"] / "model.onnx", target="local", op_profile=True)
 
 
 def test_adb_with_remote_python_runs_the_harness(tiny, adb, tmp_path):
@@ -114,3 +152,26 @@ def test_adb_errors_are_one_line(tiny, adb):
 def test_benchmark_model_cut_short_is_not_a_result():
     with pytest.raises(BenchError, match="did not finish"):
         parse_benchmark_model("INFO: STARTING!\nINFO: count=3 first=1 min=1 max=2 avg=1.5 std=0\n")
+
+
+def test_fan_out_runs_every_target_into_one_table(tiny, adb, tmp_path, capsys):
+    import argparse
+
+    from edgebert.bench import register
+
+    parser = argparse.ArgumentParser(prog="edgebert")
+    register(parser.add_subparsers())
+    out = tmp_path / "fleet.json"
+    args = parser.parse_args(["bench", str(tiny["bundle"] / "model.tflite"), "--target", "local", "--target",
+                              "adb:emulator-5554", "--benchmark-model", str(adb["tool"]), "--warmup", "1",
+                              "--runs", "5", "--json", str(out)])
+    args.run(args)
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["target"] for r in runs] == ["local", "adb:emulator-5554"]  # target order, whatever finished first
+    table = (tmp_path / "fleet.md").read_text()
+    assert "| model.tflite · litert · local |" in table and "| model.tflite · benchmark_model · adb:emulator-5554 |" in table
+    with pytest.raises(BenchError, match=r"1 of 2 targets failed, so no results were written: adb:R58M123.*not found"
+                                         r".*\(finished: local\)"):
+        bench(tiny["bundle"] / "model.tflite", target=["local", "adb:R58M123"], benchmark_model=str(adb["tool"]),
+              warmup=1, runs=5, json_out=tmp_path / "partial.json")
+    assert not (tmp_path / "partial.json").exists()

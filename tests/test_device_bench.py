@@ -62,3 +62,67 @@ def test_bad_input_is_one_line(tiny, tmp_path):
         bench(tmp_path / "nothing.onnx")
     with pytest.raises(BenchError, match="bad ssh target"):
         bench(tiny["bundle"], target="ssh://user@host:notaport")
+
+
+def _harness(*argv):
+    """`python -m edgebert.device_tests run ...` in its own process: (exit code, stdout, stderr)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "edgebert.device_tests", "run", "--warmup", "1", "--runs", "3",
+                           *map(str, argv)], capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_onnx_providers_pass_through_or_say_what_is_there(tiny, tmp_path):
+    import onnxruntime as ort
+
+    out = tmp_path / "r.json"
+    code, _, err = _harness("--model", tiny["bundle"] / "model.onnx", "--inputs", tiny["bundle"] / "eval.npz",
+                            "--provider", "cpu", "--json", out)
+    assert code == 0, err
+    runtime = json.loads(out.read_text())["runtime"]
+    assert runtime["provider"] == "cpu" and runtime["providers"] == ["CPUExecutionProvider"]
+    for name, provider in (("xnnpack", "XnnpackExecutionProvider"), ("nnapi", "NnapiExecutionProvider"),
+                           ("coreml", "CoreMLExecutionProvider"), ("qnn", "QNNExecutionProvider")):
+        code, _, err = _harness("--model", tiny["bundle"] / "model.onnx", "--inputs", tiny["bundle"] / "eval.npz",
+                                "--provider", name, "--json", out)
+        if provider in ort.get_available_providers():
+            assert code == 0 and json.loads(out.read_text())["runtime"]["providers"][0] == provider
+        else:
+            assert code == 2 and err.strip().splitlines()[-1].startswith("device_tests: error: this onnxruntime")
+            assert f"no {provider}; available here: cpu" in err and "Traceback" not in err
+
+
+def test_litert_delegates(tiny, tmp_path):
+    """XNNPACK is LiteRT's default delegate; `cpu` runs the built-in kernels without it (the delegate's
+    own log line proves which ran); gpu/nnapi libraries are absent here and say so in one line."""
+    results = {}
+    for delegate in ("xnnpack", "cpu"):
+        out = tmp_path / f"{delegate}.json"
+        code, _, err = _harness("--model", tiny["int8"] / "model.tflite", "--inputs", tiny["bundle"] / "eval.npz",
+                                "--delegate", delegate, "--logits", "--json", out)
+        assert code == 0, err
+        assert ("XNNPACK delegate" in err) == (delegate == "xnnpack")
+        results[delegate] = json.loads(out.read_text())
+        assert results[delegate]["runtime"]["delegate"] == delegate
+    assert results["cpu"]["predictions"] == results["xnnpack"]["predictions"]
+    for delegate in ("gpu", "nnapi"):
+        code, _, err = _harness("--model", tiny["bundle"] / "model.tflite", "--inputs", tiny["bundle"] / "eval.npz",
+                                "--delegate", delegate)
+        assert code == 2 and "available here: cpu, xnnpack" in err and "Traceback" not in err
+    code, _, err = _harness("--model", tiny["bundle"] / "model.onnx", "--inputs", tiny["bundle"] / "eval.npz",
+                            "--delegate", "xnnpack")
+    assert code == 2 and "for onnxruntime pass --provider" in err
+
+
+def test_delegate_fit_of_the_tiny_files(tiny):
+    from edgebert.device_tests.accelerators import fit
+
+    fp32, int8 = fit(str(tiny["bundle"] / "model.tflite")), fit(str(tiny["int8"] / "model.tflite"))
+    assert "hybrid" not in fp32["ops"] and int8["ops"]["hybrid"] > 0
+    npu = int8["delegates"]["integer-npu"]
+    assert not npu["whole"] and npu["blockers"]["FULLY_CONNECTED (hybrid)"] == 6  # 2 layers x 3 signatures
+    assert "FULLY_CONNECTED (hybrid)" not in int8["delegates"]["xnnpack"]["blockers"]  # XNNPACK runs hybrid FC
+    assert not any("hybrid" in b for b in fp32["delegates"]["integer-npu"]["blockers"])
+    assert all(not d["whole"] for d in int8["delegates"].values())  # int32 index ops stay on the CPU

@@ -22,6 +22,9 @@ HF_CONFIGS = {  # one transformers config per registered family
     "distilbert": lambda: T.DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37),
     "electra": lambda: T.ElectraConfig(**SMALL, embedding_size=16),
     "modernbert": lambda: T.ModernBertConfig(**SMALL, pad_token_id=0, local_attention=4, global_attn_every_n_layers=2),
+    "deberta": lambda: T.DebertaV2Config(**SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8,
+                                         max_relative_positions=32, share_att_key=True, norm_rel_ebd="layer_norm",
+                                         position_biased_input=False, type_vocab_size=0),
 }
 
 

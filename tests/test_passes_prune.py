@@ -60,6 +60,58 @@ def test_removing_a_silent_head_or_neuron_changes_nothing(tmp_path):
     roundtrip(model, tmp_path)
 
 
+MODERN = dict(type_vocab_size=0, pre_ln=True, position="rotary", attention_window=4, global_every=2, gated_ffn=True,
+              bias=False, first_attention_norm=False)
+
+
+@pytest.mark.parametrize("kind,changes", [("sequence-classification", {}), ("masked-lm", {}),
+                                          ("sequence-classification", MODERN),
+                                          ("token-classification", {"embedding_size": 16, "num_labels": 3})])
+def test_removing_zeroed_hidden_units_changes_nothing(kind, changes, tmp_path):
+    from edgebert.model import LayerNorm, hidden_parts
+    from edgebert.passes.surgery import remove_hidden
+
+    model, items, units = tiny_model(kind, **changes).eval(), tiny_data(6), [3, 7, 20]
+    with torch.no_grad():  # hidden units 3, 7 and 20 carry zeros everywhere
+        for module, dims in hidden_parts(model):
+            for dim in dims:
+                module.weight.index_fill_(dim if module.weight.dim() == 2 else 0, torch.tensor(units), 0.0)
+                if dim == 0 and getattr(module, "bias", None) is not None:
+                    module.bias[units] = 0
+    reference = outputs(model, items)
+    reference = reference[0] if isinstance(reference, tuple) else reference
+    kept = [j for j in range(32) if j not in units]
+    if kind != "masked-lm":  # prune scores classifiers only
+        task = "token-classification" if kind == "token-classification" else "classification"
+        scores = importance(model, tiny_data(32, task=task), batches=1, batch_size=16).hidden
+        assert scores[units].max() == 0 and scores[kept].min() > 0
+    with torch.no_grad():
+        hidden = model.encoder(*batch_of(items))[..., kept]
+    remove_hidden(model, units)
+    assert model.config.hidden_size == 29 and model.config.norm_width == 32
+    after = outputs(model, items)
+    assert torch.allclose(after[0] if isinstance(after, tuple) else after, reference, atol=1e-5)
+    roundtrip(model, tmp_path)  # the narrowed shape saves, reloads with the same statistics, and exports
+    # The LayerNorms still average over 32 units; renormalising over the 29 left would change every output.
+    norms = [m for m in model.modules() if isinstance(m, LayerNorm) and m.stats_width]
+    assert norms and all(m.stats_width == 32 for m in norms)
+    for m in norms:
+        m.stats_width = None
+    with torch.no_grad():
+        assert not torch.allclose(model.encoder(*batch_of(items)), hidden, atol=1e-2)
+
+
+def test_width_pruning_refusals():
+    from edgebert.passes.surgery import remove_hidden
+
+    with pytest.raises(EdgebertError, match="removing all 32 hidden units of the model"):
+        remove_hidden(tiny_model(), list(range(32)))
+    with pytest.raises(EdgebertError, match="shrink an embedding model's vectors"):
+        remove_hidden(tiny_model("embedding"), [0])
+    with pytest.raises(EdgebertError, match="PruneConfig.width is a fraction"):
+        PruneConfig(width=1.0)
+
+
 def test_remove_layers_and_limits():
     model = tiny_model()
     remove_heads(model, {3: [0]})
@@ -75,11 +127,13 @@ def test_remove_layers_and_limits():
 
 def test_prune_in_rounds_with_recovery_resumes_and_exports(tmp_path):
     data = tiny_data(64)
-    cfg = PruneConfig(heads=0.5, ffn=0.5, layers=1, per_layer=True, rounds=2, sample_batches=2, batch_size=16,
+    cfg = PruneConfig(heads=0.5, ffn=0.5, layers=1, width=0.25, per_layer=True, rounds=2, sample_batches=2,
+                      batch_size=16,
                       recovery=DistillConfig(train=TrainConfig(steps=4, batch_size=16, progress=False, eval_every=2)))
     model, record = _run(prune(tiny_model(), cfg, TaskData(data, data[:16]), work_dir=tmp_path / "w"))
-    assert record.details["after"] == {"layers": 3, "heads": [2, 2, 2], "ffn": [32, 32, 32]}
+    assert record.details["after"] == {"layers": 3, "hidden": 24, "heads": [2, 2, 2], "ffn": [32, 32, 32]}
     assert [r["heads"] for r in record.details["rounds"]] == [[3, 3, 3, 3], [2, 2, 2]]
+    assert [r["hidden"] for r in record.details["rounds"]] == [28, 24] and model.config.norm_width == 32
     assert record.params < record.details["before"]["params"] and record.steps == 8
     again, rerun = _run(prune(tiny_model(), cfg, TaskData(data, data[:16]), work_dir=tmp_path / "w"))  # reloads
     assert rerun.details["after"] == record.details["after"]

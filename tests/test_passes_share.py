@@ -132,3 +132,18 @@ def test_share_pass_records_size_not_flops_and_recovers(tmp_path):
     assert "output_error" in record.details["factorization"] and "accuracy" in record.metrics
     assert model.encoder.encoder.layer[0].attention is model.encoder.encoder.layer[1].attention
     roundtrip(model, tmp_path)
+
+
+# DeBERTa-v3's layout: relative disentangled attention, no position table (the family's own tests hold parity).
+DEBERTA = dict(position="none", relative_terms=["c2p", "p2c"], relative_buckets=8, max_relative_positions=32,
+               relative_norm=True, type_vocab_size=0)
+
+
+def test_sharing_and_factorizing_a_model_without_a_position_table(tmp_path):
+    model, items = tiny_model(**DEBERTA).eval(), tiny_data(6)
+    record = share(model, ShareConfig(group_size=2, embedding_size=16, recovery=None), None).record
+    layers = model.encoder.encoder.layer
+    assert layers[0].attention is layers[1].attention and model.config.embedding_size == 16
+    assert model.encoder.embeddings.position_embeddings is None
+    assert record.details["factorization"]["output_error"] < 1
+    roundtrip(model, tmp_path)

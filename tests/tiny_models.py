@@ -67,6 +67,16 @@ def write_manifest(folder: Path) -> None:
     (folder / "manifest.json").write_text(json.dumps({"files": files}))
 
 
+def write_onnx(module, path: Path) -> Path:
+    """The tiny model as ONNX with dynamic batch and sequence axes (TorchScript exporter, opset 17)."""
+    import torch
+
+    sample = tuple(torch.ones(1, 8, dtype=torch.long) for _ in NAMES)
+    torch.onnx.export(module, sample, str(path), input_names=list(NAMES), output_names=["logits"],
+                      dynamic_axes={k: {0: "batch", 1: "seq"} for k in NAMES}, opset_version=17, dynamo=False)
+    return path
+
+
 def build(folder: Path) -> dict:
     """bundle/ (model.onnx, model.tflite with seq_16/32/64 signatures, eval.npz, manifest.json) and
     int8/ (the TFLite quantized with ai-edge-quantizer dynamic_wi8_afp32)."""
@@ -78,10 +88,7 @@ def build(folder: Path) -> dict:
     bundle, int8 = folder / "bundle", folder / "int8"
     bundle.mkdir(parents=True)
     int8.mkdir()
-    sample = {k: torch.ones(1, 8, dtype=torch.long) for k in NAMES}
-    torch.onnx.export(module, tuple(sample.values()), str(bundle / "model.onnx"), input_names=list(NAMES),
-                      output_names=["logits"], dynamic_axes={k: {0: "batch", 1: "seq"} for k in NAMES},
-                      opset_version=17, dynamo=False)
+    write_onnx(module, bundle / "model.onnx")
     converter = None
     for t in LENGTHS:
         kwargs = {k: torch.ones(1, t, dtype=torch.int32) for k in NAMES}

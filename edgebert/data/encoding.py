@@ -11,9 +11,17 @@ from .tasks import IGNORE, Split
 
 
 def encode_split(split: Split, tokenizer, max_length: int) -> tuple[list, list, list, int]:
-    """(input_ids, token_type_ids, labels, truncated); token labels sit on first word pieces."""
+    """(input_ids, token_type_ids, labels, truncated); token labels sit on first word pieces.
+
+    An embedding task's pairs become two single-sentence rows each (rows 2i and 2i+1), both labeled
+    with the pair's score: a model embeds one sentence at a time, and the metric pairs rows back up."""
     examples, task = split.examples, split.task
     source = f"{task.name}/{split.name}"
+    if task.kind == "embedding":
+        texts = [text for e in examples for text in (e.text, e.text_pair)]
+        encoded = encode(tokenizer, texts, max_length=max_length, source=source)
+        labels = [float(e.label) for e in examples for _ in (0, 1)]
+        return encoded.input_ids, encoded.token_type_ids, labels, encoded.truncated
     if task.kind != "token-classification":
         pairs = [e.text_pair for e in examples] if task.kind != "classification" else None
         encoded = encode(

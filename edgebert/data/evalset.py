@@ -24,7 +24,8 @@ def pretokenize_eval(
 
     input_ids / attention_mask / token_type_ids: int32 [N, max_length], right-padded with the pad
     id; lengths: int32 [N]; labels: int64 [N], float32 [N] for regression, int64 [N, T] with -100
-    for token tasks.
+    for token tasks; for an embedding task rows 2i and 2i+1 are pair i's sentences, each labeled with
+    its float32 score.
     """
     if isinstance(task, Split):
         data = task
@@ -37,7 +38,7 @@ def pretokenize_eval(
     if kind == "token-classification":
         label_array = pad(labels, max_length, IGNORE, np.int64)
     else:
-        label_array = np.array(labels, dtype=np.float32 if kind == "regression" else np.int64)
+        label_array = np.array(labels, dtype=np.float32 if kind in ("regression", "embedding") else np.int64)
     arrays = {
         "input_ids": pad(input_ids, max_length, tokenizer.pad_token_id, np.int32),
         "attention_mask": (np.arange(max_length)[None, :] < lengths[:, None]).astype(np.int32),

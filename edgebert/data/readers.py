@@ -3,6 +3,7 @@ policy every reader shares: stop at the first bad row with file:line, or skip, c
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -27,7 +28,8 @@ class _Rows:
         message = f"{where}: {problem}"
         if self.on_bad_row == "error":
             raise EdgebertError(
-                f"{message}; fix the row or pass on_bad_row='skip' to skip bad rows"
+                f"{message}; fix the row, or skip bad rows: on_bad_row = \"skip\" in the recipe, "
+                "--on-bad-row skip on the command line, on_bad_row='skip' in Python"
             )
         self.skipped.append(message)
 
@@ -35,8 +37,8 @@ class _Rows:
         if self.skipped:
             warnings.warn(
                 f"skipped {len(self.skipped)} bad rows in {self.source} "
-                f"(first: {self.skipped[0]}); fix them or pass on_bad_row='error' to stop at "
-                "the first",
+                f"(first: {self.skipped[0]}); fix them, or stop at the first with on_bad_row = "
+                "\"error\" (--on-bad-row error)",
                 stacklevel=3,
             )
         return self.skipped
@@ -54,7 +56,7 @@ def _label(value: Any, task: Task, by_index: bool = False) -> int | float:
     raw = "" if value is None else str(value).strip()
     if not raw:
         raise _BadRow("missing label")
-    if task.kind == "regression":
+    if task.kind in ("regression", "embedding"):  # a score (an embedding task's pair similarity)
         try:
             return float(raw)
         except ValueError:
@@ -96,11 +98,31 @@ _LAYOUTS = {
     # GLUE's train/dev, then the original sts-test.tsv: no header, 7 fields (9 with sources).
     "stsb": [_Layout(_STSB_HEADER, (10,), 7, 8, 9), _Layout(None, (7, 9), 5, 6, 4)],
 }
+_LAYOUTS["stsb-embedding"] = _LAYOUTS["stsb"]
+
+
+def read_text(path: Path, *, encoding: str = "utf-8-sig") -> str:
+    """A text file's contents (a BOM dropped: MRPC files start with one), or one EdgebertError naming
+    the line of the first byte that is not UTF-8."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise EdgebertError(f"{path}: cannot read ({e.strerror}); check the path and its permissions") from None
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise EdgebertError(f"{path}:{line}: byte 0x{raw[e.start]:02x} is not UTF-8; re-save the file as UTF-8 "
+                            "(e.g. iconv -f latin1 -t utf-8)") from None
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as a text-mode file splits them (\\n, \\r\\n or \\r), without their ends."""
+    return [line.rstrip("\r\n") for line in io.StringIO(text, newline="")]
 
 
 def _read_glue(path: Path, task: Task, rows: _Rows) -> list[Example]:
-    with open(path, encoding="utf-8-sig", newline="") as f:  # MRPC files start with a BOM
-        lines = [line.rstrip("\r\n") for line in f]
+    lines = _lines(read_text(path))
     first = tuple(lines[0].split("\t")) if lines else ()
     for layout in _LAYOUTS[task.name]:
         if layout.header is None or first == layout.header:
@@ -135,8 +157,7 @@ def _read_glue(path: Path, task: Task, rows: _Rows) -> list[Example]:
 def _read_conll(path: Path, task: Task, rows: _Rows) -> list[Example]:
     """Sentences of `token POS chunk NER` lines; a bad line drops its whole sentence."""
     examples, words, tags, broken = [], [], [], False
-    with open(path, encoding="utf-8") as f:
-        lines = list(f)
+    lines = _lines(read_text(path, encoding="utf-8"))
     for number, line in enumerate([*lines, "\n"], start=1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
@@ -162,7 +183,8 @@ def _read_conll(path: Path, task: Task, rows: _Rows) -> list[Example]:
     return examples
 
 
-_READERS = {"sst2": _read_glue, "mrpc": _read_glue, "stsb": _read_glue, "conll2003": _read_conll}
+_READERS = {"sst2": _read_glue, "mrpc": _read_glue, "stsb": _read_glue, "stsb-embedding": _read_glue,
+            "conll2003": _read_conll}
 
 
 def load_task(
@@ -185,4 +207,12 @@ def load_task(
         )
     rows = _Rows(str(path), on_bad_row)
     examples = _READERS[task.name](path, task, rows)
-    return Split(task, split, examples, rows.finish())
+    return Split(task, split, nonempty(examples, path, rows), rows.finish())
+
+
+def nonempty(examples: list[Example], source, rows: _Rows) -> list[Example]:
+    """`examples`, or an EdgebertError for a split with none (a header-only file, every row skipped)."""
+    if not examples:
+        why = f" (all {len(rows.skipped)} rows were bad, first: {rows.skipped[0]})" if rows.skipped else ""
+        raise EdgebertError(f"{source} holds no examples{why}; point at a file with at least one labeled row")
+    return examples

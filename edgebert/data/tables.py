@@ -1,38 +1,45 @@
-"""Users' own data: CSV / TSV / JSONL files with named columns, and Hugging Face `datasets`."""
+"""Users' own data: CSV / TSV / JSONL files with named columns, and Hugging Face `datasets`; and a
+recipe's `[data]` table (`DataConfig`), which names them for `edgebert compile`."""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import random
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..config import Config
+from ..device_tests.files import sha256
 from ..errors import EdgebertError
 from ..tokenizer import _first_line
-from .readers import _BadRow, _label, _Rows, _text
-from .tasks import Example, Split, Task
+from .readers import _BadRow, _label, _Rows, _text, nonempty, read_text
+from .tasks import KINDS, Example, Split, Task
+
+SUFFIXES = (".csv", ".tsv", ".jsonl")
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict | None]]:
     """(line, record) pairs; record is None when the line has the wrong number of fields."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        if path.suffix == ".jsonl":
-            for number, line in enumerate(f, start=1):
-                if line.strip():
-                    try:
-                        yield number, json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise EdgebertError(
-                            f"{path}:{number}: not valid JSON ({e.msg}); fix the line"
-                        ) from e
-            return
-        tsv = path.suffix == ".tsv"
-        reader = csv.DictReader(
-            f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL
-        )
-        for record in reader:
-            wrong = None in record or None in record.values()
-            yield reader.line_num, None if wrong else record
+    text = read_text(path)
+    if path.suffix == ".jsonl":
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise EdgebertError(f"{path}:{number}: not valid JSON ({e.msg}); fix the line") from e
+        return
+    tsv = path.suffix == ".tsv"
+    reader = csv.DictReader(
+        io.StringIO(text, newline=""), delimiter="\t" if tsv else ",",
+        quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL,
+    )
+    for record in reader:
+        wrong = None in record or None in record.values()
+        yield reader.line_num, None if wrong else record
 
 
 def _to_examples(
@@ -59,6 +66,42 @@ def _to_examples(
     return examples
 
 
+def _metric(kind: str, labels: Sequence[str]) -> str:
+    """The metric that picks checkpoints: Pearson for scores, F1 for a yes/no pair task, else accuracy."""
+    if kind == "regression":
+        return "pearson"
+    return "f1" if kind == "pair-classification" and len(labels) == 2 else "accuracy"
+
+
+def _is_score(value) -> bool:
+    """A label that reads as a score: a JSON float, or text like "3.8" or "1e-2" (not "3")."""
+    if isinstance(value, float):
+        return True
+    text = str(value).strip()
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return not text.lstrip("+-").isdigit()
+
+
+def _infer(values: list, kind: str | None, paired: bool, labels: Sequence[str] | None) -> tuple[str, tuple]:
+    """(kind, labels) from the raw label values: all scores → regression; else class names, sorted
+    (numerically when they are all integers), so the same file always gives the same label order."""
+    found = [v for v in values if v is not None and str(v).strip() not in ("", "None")]
+    if kind is None:
+        scores = bool(found) and all(_is_score(v) or str(v).strip().lstrip("+-").isdigit() for v in found)
+        kind = "regression" if scores and any(_is_score(v) for v in found) else (
+            "pair-classification" if paired else "classification")
+    if kind == "regression":
+        return kind, ()
+    if labels is None:
+        names = {str(v).strip() for v in found}
+        numeric = all(s.lstrip("-").isdigit() for s in names)
+        labels = sorted(names, key=int if numeric else str)
+    return kind, tuple(labels)
+
+
 def load_table(
     path: str | Path,
     *,
@@ -69,26 +112,21 @@ def load_table(
     kind: str | None = None,
     on_bad_row: str = "error",
 ) -> Split:
-    """A CSV, TSV or JSONL file with named columns; labels default to the sorted values found."""
+    """A CSV, TSV or JSONL file with named columns; labels default to the sorted values found, and the
+    kind to regression when every label is a score ("3.8"), else (pair-)classification."""
     path = Path(path)
-    if path.suffix not in (".csv", ".tsv", ".jsonl"):
+    if path.suffix not in SUFFIXES:
         raise EdgebertError(f"{path}: unsupported file type; use .csv, .tsv or .jsonl")
     if not path.is_file():
         raise EdgebertError(f"{path} not found; check the path")
-    kind = kind or ("pair-classification" if text_pair_column else "classification")
     if kind == "token-classification":
         raise EdgebertError(f"{path}: token tasks need CoNLL-style files, not {path.suffix}")
     records = [(f"{path}:{number}", record) for number, record in _records(path)]
-    if labels is None and kind != "regression":
-        found = {str(r.get(label_column, "")).strip() for _, r in records if r} - {"", "None"}
-        numeric = all(s.lstrip("-").isdigit() for s in found)
-        labels = sorted(found, key=int if numeric else str)
-    task = Task(
-        path.stem, kind, tuple(labels or ()), "pearson" if kind == "regression" else "accuracy"
-    )
+    kind, labels = _infer([r.get(label_column) for _, r in records if r], kind, bool(text_pair_column), labels)
+    task = Task(path.stem, kind, labels, _metric(kind, labels))
     rows = _Rows(str(path), on_bad_row)
     examples = _to_examples(records, task, text_column, text_pair_column, label_column, rows)
-    return Split(task, path.stem, examples, rows.finish())
+    return Split(task, path.stem, nonempty(examples, path, rows), rows.finish())
 
 
 def load_hf(
@@ -99,10 +137,12 @@ def load_hf(
     text_column: str = "sentence",
     label_column: str = "label",
     text_pair_column: str | None = None,
+    labels: Sequence[str] | None = None,
     kind: str | None = None,
     on_bad_row: str = "error",
 ) -> Split:
-    """A split of a Hugging Face dataset, for users who are online and have `datasets`."""
+    """A split of a Hugging Face dataset, for users who are online and have `datasets`: labels are a
+    ClassLabel's names, else inferred from the values as `load_table` does."""
     try:
         import datasets
     except ImportError:
@@ -119,20 +159,141 @@ def load_hf(
         ) from e
     feature = data.features.get(label_column)
     names = tuple(getattr(feature, "names", ()) or ())
-    if kind is None and not names:
-        kind = "regression"
-    elif kind is None:
+    records = []
+    for i, record in enumerate(data):
+        label = record.get(label_column)
+        if names and isinstance(label, int):  # ClassLabel: -1 marks a hidden (test) label
+            record = {**record, label_column: names[label] if 0 <= label < len(names) else None}
+        records.append((f"{name}[{split}]:{i}", record))
+    if names and kind is None:
         kind = "pair-classification" if text_pair_column else "classification"
-    metric = "pearson" if kind == "regression" else "accuracy"
-    task = Task(f"{name}/{config}" if config else name, kind, names, metric)
-
-    def records():
-        for i, record in enumerate(data):
-            label = record.get(label_column)
-            if names and isinstance(label, int):  # ClassLabel: -1 marks a hidden (test) label
-                record = {**record, label_column: names[label] if 0 <= label < len(names) else None}
-            yield f"{name}[{split}]:{i}", record
-
+    kind, labels = _infer([r.get(label_column) for _, r in records], kind, bool(text_pair_column),
+                          labels if labels is not None else names or None)
+    task = Task(f"{name}/{config}" if config else name, kind, labels, _metric(kind, labels))
     rows = _Rows(f"{name}[{split}]", on_bad_row)
-    examples = _to_examples(records(), task, text_column, text_pair_column, label_column, rows)
-    return Split(task, split, examples, rows.finish())
+    examples = _to_examples(records, task, text_column, text_pair_column, label_column, rows)
+    return Split(task, split, nonempty(examples, f"{name}[{split}]", rows), rows.finish())
+
+
+# ---------------------------------------------------------------------------------------------
+# A recipe's [data] table
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig(Config):
+    """A recipe's `[data]` table: the user's own files (or an online `datasets` name), which columns hold
+    the text, the pair and the label, and where the dev split comes from. Relative paths start from the
+    folder `edgebert compile` runs in."""
+
+    train: str | None = None  # a .csv, .tsv or .jsonl file; with `dataset`, a split name (default "train")
+    dev: str | None = None  # the same for the dev split; absent: `dev_fraction` of train, carved with the seed
+    dataset: str | None = None  # a Hugging Face `datasets` name (needs `datasets` and the network)
+    dataset_config: str | None = None  # its configuration, e.g. "sst2" for "glue"
+    name: str | None = None  # the task's name in the bundle (default: the file's, or its folder's for train.*)
+    text: str = "text"  # column of the (first) text
+    pair: str | None = None  # column of the second text, for pair tasks
+    label: str = "label"  # column of the label: a class name, an int, or a score for regression
+    kind: str | None = None  # classification | pair-classification | regression; absent: from the labels
+    dev_fraction: float = 0.1  # share of train carved out as dev when `dev` is absent
+
+    def __post_init__(self):
+        if not self.train and not self.dataset:
+            raise EdgebertError('data.train: missing; name your training file (train = "data/train.csv") '
+                                'or an online dataset (dataset = "glue")')
+        if not self.dataset:
+            for key in ("train", "dev"):
+                value = getattr(self, key)
+                if value and Path(value).suffix not in SUFFIXES:
+                    raise EdgebertError(f"data.{key}: {value} is not a .csv, .tsv or .jsonl file; convert it, "
+                                        "or name an online dataset with data.dataset")
+        if self.kind is not None and self.kind not in KINDS[:3]:
+            raise EdgebertError(f"data.kind: unknown kind {self.kind!r}; use one of {', '.join(KINDS[:3])} "
+                                "(token tasks read CoNLL files: task = \"conll2003\")")
+        if not 0 < self.dev_fraction < 1:
+            raise EdgebertError(f"data.dev_fraction: expected a fraction between 0 and 1, got {self.dev_fraction}")
+
+
+def is_data_file(task: str) -> bool:
+    """Whether a recipe's or the CLI's `task` names a user's file rather than a registered task."""
+    return Path(task).suffix in SUFFIXES
+
+
+def _columns(path: Path) -> list[str]:
+    """The header of a CSV/TSV file, or the keys of a JSONL file's first record."""
+    for _, record in _records(path):
+        if record is not None:
+            return list(record)
+    text = read_text(path)
+    first = text.splitlines()[0] if text.strip() else ""
+    return first.split("\t" if path.suffix == ".tsv" else ",") if path.suffix != ".jsonl" else []
+
+
+def _file(config: DataConfig, key: str) -> Path:
+    path = Path(getattr(config, key))
+    if not path.is_file():
+        raise EdgebertError(f"data.{key}: {path} not found; check the path (relative to {Path.cwd()})")
+    columns = _columns(path)  # none: an empty file, which load_table reports as holding no examples
+    for field in ("text", "pair", "label"):
+        column = getattr(config, field)
+        if columns and column is not None and column not in columns:
+            raise EdgebertError(f'data.{field}: column "{column}" not in {path.name} (columns: {", ".join(columns)}); '
+                                f"set data.{field} to one of them")
+    return path
+
+
+def _carve(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+    """A seeded dev split out of `train`: the same seed and file give the same split."""
+    n = len(train)
+    size = max(1, round(n * fraction))
+    if n - size < 1:
+        raise EdgebertError(f"data.dev_fraction: train holds {n} examples, too few to carve a dev split from; "
+                            "add rows or give a dev file (data.dev)")
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    dev = set(order[:size])
+    return (replace(train, examples=[e for i, e in enumerate(train.examples) if i not in dev]),
+            replace(train, name="dev", examples=[e for i, e in enumerate(train.examples) if i in dev]))
+
+
+def load_data(config: DataConfig, *, seed: int, on_bad_row: str = "error") -> tuple[Split, Split, dict]:
+    """The train and dev splits a `[data]` table names, sharing one task (its labels from train), and
+    what the manifest records of them: each file's sha256 and row counts, and how dev was made."""
+    columns = {"text_column": config.text, "text_pair_column": config.pair, "label_column": config.label}
+    if config.dataset:
+        def load(split, **known):
+            return load_hf(config.dataset, split, config=config.dataset_config, **columns, **known,
+                           on_bad_row=on_bad_row)
+
+        def source(split, loaded):
+            return {"split": split, "rows": len(loaded), "skipped": len(loaded.skipped)}
+
+        train_name, dev_name = config.train or "train", config.dev
+        record = {"dataset": config.dataset, "config": config.dataset_config}
+    else:
+        def load(key, **known):
+            return load_table(_file(config, key), **columns, **known, on_bad_row=on_bad_row)
+
+        def source(key, loaded):
+            path = getattr(config, key)
+            return {"file": path, "sha256": sha256(path), "rows": len(loaded), "skipped": len(loaded.skipped)}
+
+        train_name, dev_name = "train", "dev" if config.dev else None
+        record = {}
+    train = load(train_name, kind=config.kind)
+    kind, labels = train.task.kind, train.task.labels
+    if kind != "regression" and len(labels) < 2:
+        raise EdgebertError(f"data.label: the training data has {len(labels)} label value(s) {list(labels)}; a "
+                            "classifier needs at least two (scores? set data.kind = \"regression\")")
+    record["train"] = source(train_name, train)
+    if dev_name:
+        dev = load(dev_name, kind=kind, labels=None if kind == "regression" else labels)
+        record["dev"] = source(dev_name, dev)
+    else:
+        train, dev = _carve(train, config.dev_fraction, seed)
+        record["dev"] = {"carved_from": "train", "fraction": config.dev_fraction, "seed": seed, "rows": len(dev)}
+        record["train"]["rows"] = len(train)
+    path = Path(config.train or "")
+    default = train.task.name if config.dataset else path.parent.resolve().name if path.stem == "train" else path.stem
+    task = Task(config.name or default, kind, labels, _metric(kind, labels))
+    record["columns"] = {"text": config.text, "pair": config.pair, "label": config.label}
+    return replace(train, task=task, name="train"), replace(dev, task=task, name="dev"), record

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from ..device_tests.metrics import IGNORE  # noqa: F401  (label of positions the loss and metrics skip)
 from ..errors import EdgebertError
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-KINDS = ("classification", "pair-classification", "regression", "token-classification")
-IGNORE = -100  # label of positions the loss and metrics skip
+KINDS = ("classification", "pair-classification", "regression", "token-classification", "embedding")
 CONLL_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 
 
@@ -65,6 +65,15 @@ TASKS = {
         "entity_f1",
         {"train": "conll2003/train.txt", "dev": "conll2003/dev.txt", "test": "conll2003/test.txt"},
     ),
+    # Sentence embeddings, trained on STS-B's sentences as unlabeled text (distillation needs no labels)
+    # and scored by the Spearman correlation of cosine similarity with the dev pairs' gold scores.
+    "stsb-embedding": Task(
+        "stsb-embedding",
+        "embedding",
+        (),
+        "cosine_spearman",
+        {"train": "stsb/train.tsv", "dev": "stsb/dev.tsv", "test": "stsb/sts-test.tsv"},
+    ),
 }
 
 
@@ -102,6 +111,7 @@ def get_task(task: str | Task) -> Task:
         return task
     if task not in TASKS:
         raise EdgebertError(
-            f"unknown task {task!r}; use one of {', '.join(TASKS)} or a CSV/JSONL file"
+            f"unknown task {task!r}; use one of {', '.join(TASKS)}, or your own data: a .csv/.tsv/.jsonl "
+            "file (task = \"data/train.csv\", a [data] table in a recipe, load_table in Python)"
         )
     return TASKS[task]

@@ -20,8 +20,8 @@ from ..model import EncoderConfig
 
 # Hugging Face activation names → model.ACTIVATIONS, and back.
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                  "gelu_fast": "gelu_tanh", "relu": "relu"}
-TO_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+                  "gelu_fast": "gelu_tanh", "relu": "relu", "tanh": "tanh"}
+TO_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "tanh": "tanh"}
 
 
 class Slice(NamedTuple):
@@ -47,6 +47,9 @@ class Family:
     classifier: str | None = "classifier"  # sequence classifier; None: task heads are not mapped
     pooler: str | None = None  # the [CLS] dense before it (HeadConfig.pooler), if the family has one
     pooler_activation: str = "tanh"
+    pooler_norm: str | None = None  # the LayerNorm after the pooler's activation (HeadConfig.pooler_norm)
+    head_from_hf: Callable[[dict, str], dict] | None = None  # config.json, head kind → HeadConfig fields
+    head_to_hf: Callable[[object, EncoderConfig], dict] | None = None  # HeadConfig, encoder → config.json keys
     mlm: tuple[str, str, str] | None = None  # masked-LM head (transform, its norm, decoder bias); None: unmapped
     nsp: tuple[str, str] | None = None  # (pooler, seq_relationship) of the ...ForPreTraining head
     tokenizers: tuple[str, ...] = ("WordPiece",)  # the `tokenizers` models its checkpoints ship

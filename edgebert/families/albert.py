@@ -26,7 +26,8 @@ def from_hf(config: dict) -> EncoderConfig:
     groups = _groups(config.get("num_hidden_layers"), config.get("num_hidden_groups", 1))
     e = config.get("embedding_size")
     return bert.from_hf(config, family="albert", attention_groups=groups, ffn_groups=groups,
-                        embedding_size=None if e == config.get("hidden_size") else e)
+                        embedding_size=None if e == config.get("hidden_size") else e,
+                        layer_heads=bert.layer_heads(config, groups.__getitem__))  # pruned_heads is by group
 
 
 def to_hf(c: EncoderConfig) -> dict:
@@ -35,8 +36,10 @@ def to_hf(c: EncoderConfig) -> dict:
     if groups != [c.group("ffn_groups", i) for i in range(c.num_layers)] or groups != _groups(c.num_layers, n):
         raise EdgebertError("transformers' ALBERT shares whole layers in contiguous equal groups; "
                             "this sharing pattern needs edgebert's own format")
-    plain = bert.to_hf(dataclasses.replace(c, attention_groups=None, ffn_groups=None, embedding_size=None))
-    return {**plain, "embedding_size": c.embedding_dim, "num_hidden_groups": n, "inner_group_num": 1}
+    plain = bert.to_hf(dataclasses.replace(c, attention_groups=None, ffn_groups=None, embedding_size=None,
+                                           layer_heads=None))
+    return {**plain, "embedding_size": c.embedding_dim, "num_hidden_groups": n, "inner_group_num": 1,
+            **bert.pruned_heads(c, groups.__getitem__)}  # transformers' ALBERT prunes by group
 
 
 def weights(c: EncoderConfig) -> dict[str, str]:

@@ -21,8 +21,28 @@ def from_hf(config: dict, **changes) -> EncoderConfig:
         type_vocab_size=g("type_vocab_size", 2), max_positions=g("max_position_embeddings", 512),
         pad_token_id=g("pad_token_id", 0) or 0, layer_norm_eps=g("layer_norm_eps", 1e-12),
         dropout=g("hidden_dropout_prob", 0.1), attention_dropout=g("attention_probs_dropout_prob", 0.1),
+        layer_heads=layer_heads(config, lambda i: i),
     )
     return EncoderConfig(**{**fields, **changes})
+
+
+def layer_heads(config: dict, key) -> list[int] | None:
+    """Heads per layer after config.json's `pruned_heads` {key(layer): heads dropped}, or None."""
+    pruned = {int(k): set(v) for k, v in (config.get("pruned_heads") or {}).items()}
+    n = config.get("num_attention_heads")
+    return [n - len(pruned.get(key(i), ())) for i in range(config["num_hidden_layers"])] if pruned else None
+
+
+def pruned_heads(c: EncoderConfig, key) -> dict:
+    """Per-layer head counts as transformers says them: `pruned_heads` {key(layer): the heads dropped}.
+    Pruning keeps a layer's remaining heads first and in order, so the dropped ones are the last."""
+    if not c.layer_heads or all(h == c.num_heads for h in c.layer_heads):
+        return {}
+    if c.head_size * c.num_heads != c.hidden_size:
+        raise EdgebertError(f"head_size {c.head_size} × {c.num_heads} heads ≠ hidden_size {c.hidden_size}: "
+                            "transformers derives the head size from them; use edgebert's own format")
+    return {"pruned_heads": {str(key(i)): list(range(h, c.num_heads)) for i, h in enumerate(c.layer_heads)
+                             if h < c.num_heads}}
 
 
 def to_hf(c: EncoderConfig) -> dict:
@@ -38,7 +58,8 @@ def to_hf(c: EncoderConfig) -> dict:
             "hidden_size": c.hidden_size, "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
             "intermediate_size": c.intermediate_size, "hidden_act": TO_HF_ACTIVATIONS[c.activation],
             "type_vocab_size": c.type_vocab_size, "layer_norm_eps": c.layer_norm_eps,
-            "hidden_dropout_prob": c.dropout, "attention_probs_dropout_prob": c.attention_dropout}
+            "hidden_dropout_prob": c.dropout, "attention_probs_dropout_prob": c.attention_dropout,
+            **pruned_heads(c, lambda i: i)}
 
 
 def embedding_weights(c: EncoderConfig) -> dict[str, str]:

@@ -68,10 +68,41 @@ def weights(c: EncoderConfig) -> dict[str, str | Slice]:
     return m
 
 
-# Its task heads (a dense + norm head with mean or [CLS] pooling) are not mapped yet: checkpoints of
-# any architecture load as the bare encoder.
+def head_from_hf(config: dict, kind: str) -> dict:
+    """ModernBERT's heads: [CLS] or mean pooling, then dense → activation → norm (the pooler, or the MLM
+    transform before the tied decoder)."""
+    g = config.get
+    if kind == "token-classification":
+        raise EdgebertError("ModernBERT's token classifier (a dense + norm head on every token) is not mapped: "
+                            "load the bare encoder (ModernBertModel) and add a head with edgebert.with_head")
+    if kind == "masked-lm" and (activation(config, "classifier_activation") != activation(config, "hidden_activation")
+                                or not g("decoder_bias", True) or not g("tie_word_embeddings", True)):
+        raise EdgebertError("ModernBertForMaskedLM is mapped with a tied, biased decoder and the encoder's activation "
+                            "in its head: this config differs (classifier_activation, decoder_bias or "
+                            "tie_word_embeddings)")
+    fields = {"pooler_bias": g("classifier_bias", False)}
+    if kind == "sequence-classification":
+        fields.update(pooler=activation(config, "classifier_activation"), pooler_norm=True,
+                      pooling=g("classifier_pooling", "cls"))
+    return fields
+
+
+def head_to_hf(head, c: EncoderConfig) -> dict:
+    if head.kind == "sequence-classification":
+        if not (head.pooler and head.pooler_norm):
+            raise EdgebertError("transformers' ModernBERT classifier always has its dense + norm head: use "
+                                "HeadConfig(pooler='gelu', pooler_norm=True) or edgebert's own format")
+        return {"classifier_pooling": head.pooling, "classifier_activation": TO_HF_ACTIVATIONS[head.pooler],
+                "classifier_bias": head.pooler_bias}
+    if head.kind == "masked-lm":
+        return {"classifier_activation": TO_HF_ACTIVATIONS[c.activation], "classifier_bias": head.pooler_bias,
+                "decoder_bias": True, "tie_word_embeddings": True}
+    raise EdgebertError(f"the {head.kind} head is not mapped for ModernBERT: save with edgebert's own format")
+
+
 FAMILY = register(Family(
     name="modernbert", model_types=("modernbert",), stem="ModernBert", prefix="model.", from_hf=from_hf,
-    to_hf=to_hf, weights=weights, classifier=None, tokenizers=("BPE",), inputs=("input_ids", "attention_mask"),
-    tolerance=1e-5,
+    to_hf=to_hf, weights=weights, pooler="head.dense", pooler_activation="gelu", pooler_norm="head.norm",
+    head_from_hf=head_from_hf, head_to_hf=head_to_hf, mlm=("head.dense", "head.norm", "decoder.bias"),
+    tokenizers=("BPE",), inputs=("input_ids", "attention_mask"), tolerance=1e-5,
 ))

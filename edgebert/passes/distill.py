@@ -2,6 +2,7 @@
 
 Losses (`losses.py`; each with its own weight, zero turns it off):
 - soft logits: KL(teacher ‖ student) at temperature T, times T² (Hinton et al.); MSE for regression;
+  for an Embedder the output loss is 1 − cos(student vector, teacher vector) (`logit_weight` too);
 - hard labels: the ordinary task loss, when the data has labels;
 - hidden states: MSE between mapped layers (a learned projection when widths differ; TinyBERT);
 - attention: KL between attention distributions (TinyBERT);
@@ -16,8 +17,8 @@ and cached on disk (`teacher.py`), so every student epoch costs only the student
 and MLM masking need the teacher online.
 
 On unlabeled text, a MaskedLM student learns from a MaskedLM teacher's MLM distribution on
-masked inputs (task-agnostic distillation); an Encoder or Embedder student learns from hidden
-states and attention alone.
+masked inputs (task-agnostic distillation); an Embedder student learns from its teacher's sentence
+vectors (and hidden states and attention, when weighted); an Encoder from hidden states and attention alone.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ..errors import EdgebertError
 from ..model import MaskedLM, TaskModel, describe, encoder_of
 from .capture import capture
 from .finetune import task_loss
-from .losses import attention_kl, soft_loss, value_relation_kl
+from .losses import attention_kl, output_loss, soft_loss, value_relation_kl
 from .pretrain import mlm_accuracy, mlm_collate
 from .student import init_student, resolve_layer_map
 from .teacher import TeacherCache
@@ -116,13 +117,13 @@ class DistillObjective(Objective):
                 loss = loss + c.logit_weight * soft_loss(s_mlm[picked], t_mlm[picked], c.temperature)
             if c.label_weight:
                 loss = loss + c.label_weight * F.cross_entropy(s_mlm[picked], labels[picked])
-        elif isinstance(student, TaskModel) and student.head.kind != "embedding":
+        elif isinstance(student, TaskModel):
             if c.logit_weight:
                 if student.head.kind == "token-classification":
                     real = mask.bool()
                     loss = loss + c.logit_weight * soft_loss(s_out[real], t_out[real], c.temperature)
                 else:
-                    loss = loss + c.logit_weight * soft_loss(s_out, t_out, c.temperature)
+                    loss = loss + c.logit_weight * output_loss(student, s_out, t_out, c.temperature)
             if c.label_weight and labels is not None:
                 loss = loss + c.label_weight * task_loss(student, s_out, labels)
         weights = mask[..., None].to(loss.dtype)
@@ -151,6 +152,11 @@ def _check_pair(student: nn.Module, teacher: nn.Module) -> None:
     if type(student) is not type(teacher):
         raise EdgebertError(f"student is a {type(student).__name__} but the teacher a {type(teacher).__name__}: "
                             "distil between models with the same head")
+    if isinstance(student, TaskModel) and student.head.kind == "embedding" \
+            and (student.head.pooling, student.head.normalize) != (teacher.head.pooling, teacher.head.normalize):
+        raise EdgebertError(f"the student pools {student.head.pooling!r} (normalize={student.head.normalize}) but the "
+                            f"teacher {teacher.head.pooling!r} (normalize={teacher.head.normalize}): give both the "
+                            "same embedding head")
     if isinstance(student, TaskModel) and student.head.kind != "embedding" and not isinstance(student, MaskedLM) \
             and student.head.num_labels != teacher.head.num_labels:
         raise EdgebertError(f"student has {student.head.num_labels} labels, the teacher {teacher.head.num_labels}")
@@ -177,6 +183,8 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
     else:
         student = model
     _check_pair(student, teacher)
+    if config.label_weight and isinstance(student, TaskModel) and student.head.kind == "embedding":
+        raise EdgebertError("an embedder learns from its teacher's vectors, not labels: set label_weight = 0")
     layer_map = resolve_layer_map(student, teacher, config.layer_map)
     teacher.eval()
     mlm = isinstance(student, MaskedLM)

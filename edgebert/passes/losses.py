@@ -1,5 +1,6 @@
-"""The distillation losses, in one place: soft logits (Hinton), attention (TinyBERT), value relation
-(MiniLM). quantize.qat's fake-quant fine-tuning uses the same soft-logit loss."""
+"""The distillation losses, in one place: soft logits (Hinton), sentence-vector cosine (an embedder's
+output), attention (TinyBERT), value relation (MiniLM). quantize.qat's fake-quant fine-tuning uses the
+same output loss (`output_loss`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import EdgebertError
-from ..model import attention_bias
+from ..model import Embedder, attention_bias
 
 
 def _heads(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -56,3 +57,15 @@ def soft_loss(s: torch.Tensor, t: torch.Tensor, temperature: float) -> torch.Ten
         return F.mse_loss(s, t)
     s_log, t_log = torch.log_softmax(s / temperature, -1), torch.log_softmax(t / temperature, -1)
     return (t_log.exp() * (t_log - s_log)).sum(-1).mean() * temperature**2
+
+
+def cosine_loss(s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """1 − cos(student, teacher) per sentence vector, mean over rows: vectors are matched by direction,
+    as cosine search and the STS metric read them, so no labels are needed."""
+    return (1 - F.cosine_similarity(s, t, dim=-1)).mean()
+
+
+def output_loss(model: torch.nn.Module, s: torch.Tensor, t: torch.Tensor, temperature: float) -> torch.Tensor:
+    """What a student's output is matched to its teacher's with: the cosine of an embedder's vectors,
+    else the soft-logit loss."""
+    return cosine_loss(s, t) if isinstance(model, Embedder) else soft_loss(s, t, temperature)

@@ -1,10 +1,16 @@
-"""prune: remove the least important attention heads, FFN neurons and layers, with recovery.
+"""prune: remove the least important attention heads, FFN neurons, hidden units and layers, with recovery.
 
 Importance is first-order Taylor (Michel et al. 2019): the gradient of the loss with respect to a
 gate on each unit, which for a head equals Σ grad⊙weight over the head's columns of the attention
-output projection, for an FFN neuron over its column of the FFN output projection, and for a layer
-Σ grad⊙(layer output − layer input). Absolute values are summed over a data sample; head and
-neuron scores are normalised per layer before a global ranking.
+output projection, for an FFN neuron over its column of the FFN output projection (a gated FFN's
+neuron is its value and gate rows together, removed as one), for a hidden unit over every weight
+slice at that unit (embeddings, projections, LayerNorms, head: zeroing them all is removing it), and
+for a layer Σ grad⊙(layer output − layer input). Absolute values are summed over a data sample; head
+and neuron scores are normalised per layer before a global ranking.
+
+Width pruning (`width`, as CoFi does) removes the same hidden units everywhere; LayerNorms keep the
+statistics of the full width (see `surgery.remove_hidden`). Layer removal keeps a model's attention
+layout: ModernBERT's global layers stay at their positions (`surgery.layer_choice`).
 
 Pruning goes in `rounds`, each followed by distillation from the unpruned teacher, and yields a
 physically smaller dense model. `unstructured` (magnitude pruning) only zeroes weights: that
@@ -28,11 +34,11 @@ from .. import checkpoint
 from ..config import Config
 from ..data import BucketBatchSampler, TaskData
 from ..errors import EdgebertError
-from ..model import EncoderConfig, blocks, encoder_of
+from ..model import EncoderConfig, blocks, encoder_of, hidden_parts
 from ..stats import flops
 from .distill import DistillConfig, distill
 from .finetune import check_task_model, task_loss
-from .surgery import check_unshared, remove_heads, remove_layers, remove_neurons
+from .surgery import check_unshared, layer_choice, remove_heads, remove_hidden, remove_layers, remove_neurons
 from .train import Result, TrainConfig, collate, lengths_of, measure, seed_all, task_evaluator
 
 
@@ -44,6 +50,7 @@ class PruneConfig(Config):
     heads: float = 0.0  # fraction of attention heads to remove
     ffn: float = 0.0  # fraction of FFN neurons to remove
     layers: int = 0  # whole layers to remove
+    width: float = 0.0  # fraction of hidden units to remove from every embedding, projection and LayerNorm
     params: int | None = None  # target parameter count (instead of heads/ffn)
     flops: int | None = None  # target FLOPs per 128-token sequence (instead of heads/ffn)
     per_layer: bool = False  # the same count removed in every layer (layers can then be shared)
@@ -56,7 +63,7 @@ class PruneConfig(Config):
     seed: int = 42
 
     def __post_init__(self):
-        for name in ("heads", "ffn", "unstructured"):
+        for name in ("heads", "ffn", "width", "unstructured"):
             if not 0 <= getattr(self, name) < 1:
                 raise EdgebertError(f"PruneConfig.{name} is a fraction in [0, 1), got {getattr(self, name)}")
         if self.params is not None and self.flops is not None:
@@ -76,6 +83,7 @@ class Importance:
     heads: list[torch.Tensor]  # per layer, [heads]
     neurons: list[torch.Tensor]  # per layer, [ffn]
     layers: torch.Tensor  # [num_layers]
+    hidden: torch.Tensor  # [hidden_size]
 
 
 def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_size: int = 32,
@@ -92,6 +100,8 @@ def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_
     heads = [torch.zeros(c.heads(i)) for i in range(c.num_layers)]
     neurons = [torch.zeros(c.ffn(i)) for i in range(c.num_layers)]
     layer_scores = torch.zeros(c.num_layers)
+    hidden = torch.zeros(c.hidden_size)
+    parts = hidden_parts(model)
 
     def gate(i: int):
         """Layer i as x + ξ·(f(x) − x): dL/dξ at ξ=1 is Σ grad ⊙ (f(x) − x)."""
@@ -123,12 +133,20 @@ def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_
                 heads[i] += gw.view(gw.shape[0], -1, d).sum((0, 2)).abs()
                 w = b.ffn_out.weight
                 neurons[i] += (w.grad * w).detach().sum(0).abs()
+            unit = torch.zeros(c.hidden_size)
+            for module, dims in parts:
+                for p, along in ((module.weight, dims), (getattr(module, "bias", None), (0,) if 0 in dims else ())):
+                    if p is not None and p.grad is not None:
+                        for dim in along:
+                            gw = (p.grad * p).detach()
+                            unit += gw.sum(1 - dim) if gw.dim() == 2 else gw
+            hidden += unit.abs()
     finally:
         for h in handles:
             h.remove()
         model.zero_grad(set_to_none=True)
         model.train(was_training)
-    return Importance(heads, neurons, layer_scores)
+    return Importance(heads, neurons, layer_scores, hidden)
 
 
 def _add(scores: torch.Tensor, i: int, value: torch.Tensor) -> None:
@@ -164,7 +182,7 @@ def choose(scores: list[torch.Tensor], remove: int | list[int]) -> dict[int, lis
 def _layer_params(c: EncoderConfig, heads: int, ffn: int) -> int:
     h, d = c.hidden_size, c.head_size
     attention = heads * (4 * h * d + 3 * d) + h + 2 * h
-    return attention + ffn * (2 * h + 1) + h + 2 * h
+    return attention + ffn * ((3 if c.gated_ffn else 2) * h + 1) + h + 2 * h
 
 
 def _shape_after(c: EncoderConfig, heads: list[int], ffn: list[int], fraction: float,
@@ -190,6 +208,10 @@ def budget_fraction(model: nn.Module, config: PruneConfig) -> float:
     heads, ffn = [c.heads(i) for i in range(c.num_layers)], [c.ffn(i) for i in range(c.num_layers)]
     total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     fixed = total - sum(_layer_params(c, heads[i], ffn[i]) for i in range(c.num_layers))
+    if config.width:  # the width cut narrows the embeddings and the head too
+        narrow = c.hidden_size - round(config.width * c.hidden_size)
+        fixed = round(fixed * narrow / c.hidden_size)
+        c = dataclasses.replace(c, hidden_size=narrow, norm_width=c.norm_width or c.hidden_size)
     labels = model.head.num_labels
 
     def cost(fraction: float) -> int:
@@ -236,7 +258,7 @@ def magnitude_prune(model: nn.Module, fraction: float) -> float:
 
 def _shape(model: nn.Module) -> dict:
     c = encoder_of(model).config
-    return {"layers": c.num_layers, "heads": [c.heads(i) for i in range(c.num_layers)],
+    return {"layers": c.num_layers, "hidden": c.hidden_size, "heads": [c.heads(i) for i in range(c.num_layers)],
             "ffn": [c.ffn(i) for i in range(c.num_layers)]}
 
 
@@ -274,10 +296,11 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
                             seed=config.seed + r)
         drop_layers = round(config.layers * share) - (start_shape["layers"] - encoder_of(model).config.num_layers)
         if drop_layers > 0:
-            drop = set(torch.argsort(scores.layers, stable=True)[:drop_layers].tolist())
-            keep = [i for i in range(len(scores.layers)) if i not in drop]
-            remove_layers(model, sorted(drop))
-            scores = Importance([scores.heads[i] for i in keep], [scores.neurons[i] for i in keep], scores.layers[keep])
+            now = encoder_of(model).config
+            keep = layer_choice(now, now.num_layers - drop_layers, lambda j, i: float(scores.layers[i]))
+            remove_layers(model, [i for i in range(now.num_layers) if i not in keep])
+            scores = Importance([scores.heads[i] for i in keep], [scores.neurons[i] for i in keep], scores.layers[keep],
+                                scores.hidden)
             original = {k: [v[i] for i in keep] for k, v in original.items()}
         shape = _shape(model)
         plan = {}
@@ -290,6 +313,9 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
             remove_heads(model, choose(scores.heads, plan["heads"]))
         if config.per_layer or plan["ffn"] > 0:
             remove_neurons(model, choose(scores.neurons, plan["ffn"]))
+        narrow = round(config.width * share * start_shape["hidden"]) - (start_shape["hidden"] - shape["hidden"])
+        if narrow > 0:
+            remove_hidden(model, torch.argsort(scores.hidden, stable=True)[:narrow].tolist())
         round_wall, round_steps = 0.0, 0
         if config.recovery is not None and config.recovery.train.steps:
             rec = distill(model, config.recovery, data, teacher=teacher,

@@ -20,7 +20,7 @@ from torch import nn
 from ..config import Config
 from ..data import TaskData
 from ..errors import EdgebertError
-from ..model import EmbeddingParts, MaskedLM, blocks, embeddings, encoder_of
+from ..model import EmbeddingParts, LayerNorm, MaskedLM, blocks, embeddings, encoder_of
 from .distill import DistillConfig, distill
 from .surgery import set_config
 from .train import Result, TrainConfig, measure, task_evaluator
@@ -65,6 +65,10 @@ def share_layers(model: nn.Module, *, group_size: int = 2, parts: str = "all", i
     for g in sorted(set(groups)):
         members = [i for i in range(c.num_layers) if groups[i] == g]
         for kind in kinds:
+            spans = {(c.window(i), i == 0 and not c.first_attention_norm) for i in members}
+            if kind == "attention" and len(spans) > 1:
+                raise EdgebertError(f"layers {members} differ in attention span (global vs sliding window) or in the "
+                                    "norm before attention, so they cannot share one attention: use parts='ffn'")
             width = c.heads if kind == "attention" else c.ffn
             if len({width(i) for i in members}) > 1:
                 raise EdgebertError(f"layers {members} have different {kind} widths {[width(i) for i in members]}: "
@@ -105,7 +109,8 @@ def factorize_embeddings(model: nn.Module, embedding_size: int, *,
     restores the original LayerNorm's output γ⊙LN(x)+β up to the truncation. Without an embedding
     LayerNorm it is a plain rank-E projection.
 
-    `frequencies` (counts of token ids, positions and segment ids, e.g. from `token_frequencies`)
+    `frequencies` (counts of token ids, positions and segment ids of the tables the model has, e.g. from
+    `token_frequencies`; a rotary model has no position table)
     weight each table row by how often the data uses it, so frequent tokens are kept accurately;
     without them every row counts the same.
 
@@ -120,10 +125,8 @@ def factorize_embeddings(model: nn.Module, embedding_size: int, *,
         raise EdgebertError(f"the embeddings are already factorized (E={c.embedding_size})")
     if not 2 <= embedding_size < c.hidden_size:
         raise EdgebertError(f"embedding_size must be in 2..{c.hidden_size - 1} (below hidden_size), got {embedding_size}")
-    tables = [emb.word.weight, emb.position.weight]
-    if emb.token_type is not None:
-        tables.append(emb.token_type.weight)
-    tables = [t.detach().double() for t in tables]
+    roles = [role for role in ("word", "position", "token_type") if getattr(emb, role) is not None]
+    tables = [getattr(emb, role).weight.detach().double() for role in roles]
     with_ln = emb.norm is not None
     if with_ln:
         tables = [t - t.mean(1, keepdim=True) for t in tables]  # the LayerNorm removes each vector's mean
@@ -132,7 +135,7 @@ def factorize_embeddings(model: nn.Module, embedding_size: int, *,
         frequencies = [torch.ones(len(t)) for t in tables]
     if [len(f) for f in frequencies[: len(tables)]] != [len(t) for t in tables]:
         raise EdgebertError(f"frequencies have {[len(f) for f in frequencies]} entries for tables of "
-                            f"{[len(t) for t in tables]} rows: count token ids, positions and segment ids")
+                            f"{[len(t) for t in tables]} rows: count {', '.join(roles)} ids")
     weights = [f.double() / f.double().sum() for f in frequencies[: len(tables)]]
     means = [w @ t for w, t in zip(weights, tables)]
     moment = sum(t.T @ (w[:, None] * t) for w, t in zip(weights, tables))
@@ -147,24 +150,22 @@ def factorize_embeddings(model: nn.Module, embedding_size: int, *,
     m = _orthonormal_complement_of_ones(embedding_size) if with_ln else torch.eye(k, dtype=torch.float64)
     down = q @ m.T  # H×E: table row (H) → E
 
-    sample = _sample_rows(weights, 4096)
+    sample = dict(zip(roles, _sample_rows(weights, 4096)))
     reference = _embed(emb, sample).detach().clone()
     h = c.hidden_size
     projection = nn.Linear(embedding_size, h)
     if with_ln:
-        gamma, beta = emb.norm.weight.detach().double(), emb.norm.bias.detach().double()
+        gamma = emb.norm.weight.detach().double()
         projection.weight.copy_(math.sqrt(h / embedding_size) * gamma[:, None] * down)
-        projection.bias.copy_(beta)
-        emb.norm = nn.LayerNorm(embedding_size, eps=c.layer_norm_eps)
+        projection.bias.copy_(emb.norm.bias.detach().double() if emb.norm.bias is not None else 0.0)
+        emb.norm = LayerNorm(embedding_size, eps=c.layer_norm_eps, bias=c.bias)
     else:
         projection.weight.copy_(down)
         projection.bias.zero_()
     frozen = not emb.word.weight.requires_grad
-    emb.word = _table(tables[0], down, c.pad_token_id)
+    for role, rows in zip(roles, tables):
+        setattr(emb, role, _table(rows, down, c.pad_token_id if role == "word" else None))
     emb.word.weight.requires_grad_(not frozen)
-    emb.position = _table(tables[1], down, None)
-    if emb.token_type is not None:
-        emb.token_type = _table(tables[2], down, None)
     emb.projection = projection
     set_config(model, embedding_size=embedding_size)
     output = _embed(emb, sample)
@@ -184,18 +185,17 @@ def _sample_rows(weights: list[torch.Tensor], n: int) -> list[torch.Tensor]:
     return [torch.multinomial(w.float(), n, replacement=True, generator=g) for w in weights]
 
 
-def _embed(emb: EmbeddingParts, rows: list[torch.Tensor]) -> torch.Tensor:
+def _embed(emb: EmbeddingParts, rows: dict[str, torch.Tensor]) -> torch.Tensor:
     """The embedding output of single tokens given table rows: Embeddings.forward without dropout."""
-    x = emb.word(rows[0]) + emb.position(rows[1])
-    if emb.token_type is not None:
-        x = x + emb.token_type(rows[2])
+    x = sum(getattr(emb, role)(index) for role, index in rows.items())
     if emb.norm is not None:
         x = emb.norm(x)
     return emb.projection(x) if emb.projection is not None else x
 
 
 def token_frequencies(model: nn.Module, dataset: Sequence) -> list[torch.Tensor]:
-    """How often the data uses each token id, position and segment id (+1 smoothing)."""
+    """How often the data uses each token id, position and segment id (+1 smoothing), for the tables the
+    model has (no positions when they are rotary or relative)."""
     c = encoder_of(model).config
     counts = [torch.ones(c.vocab_size), torch.ones(c.max_positions), torch.ones(max(c.type_vocab_size, 1))]
     for i in range(len(dataset)):
@@ -206,7 +206,8 @@ def token_frequencies(model: nn.Module, dataset: Sequence) -> list[torch.Tensor]
         types = item.get("token_type_ids")
         if types is not None and c.type_vocab_size:
             counts[2] += torch.bincount(torch.as_tensor(types), minlength=c.type_vocab_size)[: c.type_vocab_size]
-    return counts[:3] if c.type_vocab_size else counts[:2]
+    tables = [True, embeddings(model).position is not None, bool(c.type_vocab_size)]
+    return [n for n, present in zip(counts, tables) if present]
 
 
 def share(model: nn.Module, config: ShareConfig, data: TaskData | None, *, teacher: nn.Module | None = None,

@@ -1,6 +1,6 @@
-"""Physical model surgery: remove attention heads, FFN neurons and whole layers.
+"""Physical model surgery: remove attention heads, FFN neurons, hidden units and whole layers.
 
-The result is a smaller dense model whose config (`layer_heads`, `layer_ffn`, `num_layers`)
+The result is a smaller dense model whose config (`layer_heads`, `layer_ffn`, `hidden_size`, `num_layers`)
 describes it exactly, so it saves, reloads and exports like any other. Pruning and student
 initialisation both use these.
 """
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..errors import EdgebertError
-from ..model import EncoderConfig, blocks, encoder_of, keep_layers
+from ..model import EncoderConfig, LayerNorm, blocks, encoder_of, hidden_parts, keep_layers
 
 
 def set_config(model: nn.Module, **changes) -> EncoderConfig:
@@ -45,14 +45,14 @@ def _slice_linear(linear: nn.Linear, keep: torch.Tensor, dim: int) -> nn.Linear:
     return out
 
 
-def _checked_drop(layer: int, drop, count: int, units: str, unit: str, advice: str) -> list[int]:
-    """The sorted, de-duplicated indices to remove from a layer of `count` units, or one error line."""
+def _checked_drop(where: str, drop, count: int, units: str, unit: str, advice: str) -> list[int]:
+    """The sorted, de-duplicated indices to remove from `where` ("layer 3") of `count` units, or one error line."""
     drop = sorted(set(drop))
     if drop and (drop[0] < 0 or drop[-1] >= count):
         bad = drop[0] if drop[0] < 0 else drop[-1]
-        raise EdgebertError(f"layer {layer} has {count} {units}, cannot remove {unit} {bad}")
+        raise EdgebertError(f"{where} has {count} {units}, cannot remove {unit} {bad}")
     if len(drop) >= count:
-        raise EdgebertError(f"removing all {count} {units} of layer {layer}: {advice}")
+        raise EdgebertError(f"removing all {count} {units} of {where}: {advice}")
     return drop
 
 
@@ -65,7 +65,7 @@ def remove_heads(model: nn.Module, heads: dict[int, list[int]]) -> nn.Module:
     for i, drop in heads.items():
         if not 0 <= i < c.num_layers:
             raise EdgebertError(f"layer {i} does not exist: the model has {c.num_layers} layers")
-        drop = _checked_drop(i, drop, counts[i], "heads", "head", "keep at least one per layer")
+        drop = _checked_drop(f"layer {i}", drop, counts[i], "heads", "head", "keep at least one per layer")
         if not drop:
             continue
         d = c.head_size
@@ -88,7 +88,7 @@ def remove_neurons(model: nn.Module, neurons: dict[int, list[int]]) -> nn.Module
     for i, drop in neurons.items():
         if not 0 <= i < c.num_layers:
             raise EdgebertError(f"layer {i} does not exist: the model has {c.num_layers} layers")
-        drop_set = set(_checked_drop(i, drop, widths[i], "FFN neurons", "neuron", "keep at least one"))
+        drop_set = set(_checked_drop(f"layer {i}", drop, widths[i], "FFN neurons", "neuron", "keep at least one"))
         if not drop_set:
             continue
         keep = torch.tensor([j for j in range(widths[i]) if j not in drop_set])
@@ -154,3 +154,68 @@ def keep_top(scores: list[torch.Tensor], keep: list[int]) -> dict[int, list[int]
         order = torch.argsort(s, descending=True, stable=True)
         drop[i] = sorted(order[keep[i]:].tolist())
     return drop
+
+
+def remove_hidden(model: nn.Module, drop: list[int]) -> nn.Module:
+    """Remove hidden units in place (width pruning, as CoFi does): the same indices from every
+    embedding table, projection, LayerNorm and head that carries the hidden width (`model.hidden_parts`).
+
+    LayerNorms keep averaging over the width before pruning (`EncoderConfig.norm_width`), counting the
+    removed units as zeros: a model whose removed units carried zeros computes exactly what it did, and
+    one whose removed units were small keeps nearly the statistics it had. Shared modules stay shared."""
+    c = encoder_of(model).config
+    drop = set(_checked_drop("the model", drop, c.hidden_size, "hidden units", "unit", "keep at least one"))
+    if not drop:
+        return model
+    keep = torch.tensor([j for j in range(c.hidden_size) if j not in drop])
+    stats = c.norm_width or c.hidden_size
+    with torch.no_grad():
+        for module, dims in hidden_parts(model):
+            _narrow(module, dims, keep, stats)
+    set_config(model, hidden_size=len(keep), norm_width=stats)
+    return model
+
+
+def _narrow(module: nn.Module, dims: tuple[int, ...], keep: torch.Tensor, stats_width: int) -> None:
+    """Keep indices `keep` of `module`'s weight along `dims` (and of its bias along dim 0), in place."""
+
+    def narrowed(p: nn.Parameter, dim: int) -> nn.Parameter:
+        return nn.Parameter(p.detach().index_select(dim, keep).clone(), requires_grad=p.requires_grad)
+
+    for dim in dims:
+        module.weight = narrowed(module.weight, dim)
+        if dim == 0 and getattr(module, "bias", None) is not None:
+            module.bias = narrowed(module.bias, 0)
+    if isinstance(module, LayerNorm):
+        module.normalized_shape = (len(keep),)
+        module.stats_width = stats_width
+    elif isinstance(module, nn.Linear):
+        module.out_features, module.in_features = module.weight.shape
+    elif isinstance(module, nn.Embedding):
+        module.embedding_dim = len(keep)
+    else:
+        raise EdgebertError(f"width pruning cannot narrow a {type(module).__name__}: add it to model.hidden_parts")
+
+
+def layer_choice(c: EncoderConfig, n: int, score) -> list[int]:
+    """The n layers (0-based, in order) of maximal Σ score(j, i) (layer i at student position j) that keep
+    the model's layout: each at a position of the same attention span, and layer 0 first where its
+    attention reads the embedding norm (ModernBERT). The first n layers always qualify."""
+    kind = [(c.window(i), i == 0 and not c.first_attention_norm) for i in range(c.num_layers)]
+    best: dict[tuple[int, int], tuple[float, int | None]] = {}
+    for j in range(n):
+        for i in range(j, c.num_layers - (n - 1 - j)):
+            if kind[i] != kind[j]:
+                continue
+            if j == 0:
+                best[j, i] = (score(j, i), None)
+                continue
+            prev = [(best[j - 1, p][0], p) for p in range(j - 1, i) if (j - 1, p) in best]
+            if prev:
+                total, p = max(prev)
+                best[j, i] = (total + score(j, i), p)
+    last = max((v[0], i) for (j, i), v in best.items() if j == n - 1)[1]
+    kept = [last]
+    for j in range(n - 1, 0, -1):
+        kept.append(best[j, kept[-1]][1])
+    return kept[::-1]

@@ -3,6 +3,7 @@ so every student epoch costs only the student."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..errors import EdgebertError
 from ..model import TaskModel, describe, encoder_of
 from .capture import capture
 from .train import collate
@@ -54,8 +56,6 @@ class TeacherCache:
     def build(cls, teacher: nn.Module, dataset: Sequence, hidden: list[int], root: Path, *,
               batch_size: int = 128, progress: bool = True) -> TeacherCache:
         """Load the cache for (teacher, data, hidden layers) from `root`, computing it if absent."""
-        from tqdm.auto import tqdm
-
         folder = root / cls.key(teacher, dataset, hidden)
         if (folder / "meta.json").exists():
             return cls(folder)
@@ -63,41 +63,32 @@ class TeacherCache:
         lengths = np.array([len(dataset[i]["input_ids"]) for i in range(len(dataset))])
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         classifier = isinstance(teacher, TaskModel) and teacher.head.kind in ("sequence-classification",
-                                                                             "token-classification")
+                                                                             "token-classification", "embedding")
         token_logits = classifier and teacher.head.kind == "token-classification"
         logit_offsets = offsets if token_logits else np.arange(len(dataset) + 1)
-        width = teacher.head.num_labels if classifier else 0
         hidden_size = encoder_of(teacher).config.hidden_size
+        # An embedder's "logits" are its sentence vectors, one hidden-wide row per sentence.
+        width = (hidden_size if teacher.head.kind == "embedding" else teacher.head.num_labels) if classifier else 0
         root.mkdir(parents=True, exist_ok=True)
+        _remove_stale(root)
         tmp = root / f".{folder.name}.{os.getpid()}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        logits = np.lib.format.open_memmap(tmp / "logits.npy", "w+", np.float32, (int(logit_offsets[-1]), width))
-        states = {i: np.lib.format.open_memmap(tmp / f"hidden_{i}.npy", "w+", np.float16,
-                                               (int(offsets[-1]), hidden_size)) for i in hidden}
-        order = np.argsort(lengths, kind="stable")
-        for start in tqdm(range(0, len(order), batch_size), desc="teacher cache", disable=not progress):
-            idx = order[start : start + batch_size].tolist()
-            batch = collate(teacher, [dataset[i] for i in idx], idx)
-            with capture(teacher, set(hidden), set()) as captured:
-                out = teacher(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-            for j, i in enumerate(idx):
-                n = lengths[i]
-                if width:
-                    logits[logit_offsets[i] : logit_offsets[i + 1]] = (out[j, :n] if token_logits else out[j]).numpy()
-                for layer in hidden:
-                    states[layer][offsets[i] : offsets[i + 1]] = captured["hidden"][layer][j, :n].numpy()
-        logits.flush()
-        for s in states.values():
-            s.flush()
-        np.save(tmp / "offsets.npy", offsets)
-        np.save(tmp / "logit_offsets.npy", logit_offsets)
-        (tmp / "meta.json").write_text(json.dumps({"hidden": hidden, "examples": len(dataset),
-                                                     "token_logits": token_logits}))
         try:
+            _fill(teacher, dataset, hidden, tmp, lengths, offsets, logit_offsets, width, token_logits, hidden_size,
+                  batch_size, progress)
             os.replace(tmp, folder)
-        except OSError:  # another process finished the same cache first
+        except OSError as e:
             shutil.rmtree(tmp, ignore_errors=True)
+            if (folder / "meta.json").exists():  # another process finished the same cache first
+                return cls(folder)
+            if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                raise EdgebertError(f"disk full writing the teacher cache under {root}: free space, then run "
+                                    "again (a compile: with --resume)") from None
+            raise
+        except BaseException:  # Ctrl-C, a failing batch: nothing half-written stays behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         return cls(folder)
 
     def lookup(self, indices: Sequence[int], length: int) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
@@ -117,3 +108,59 @@ class TeacherCache:
                 h[j, : len(r)] = torch.from_numpy(r.astype(np.float32))
             hidden[layer] = h
         return logits, hidden
+
+
+def _memmap(path: Path, dtype, shape: tuple[int, int]) -> np.memmap:
+    """A .npy file mapped for writing, its blocks allocated up front: a full disk then fails here as
+    ENOSPC instead of killing the process with SIGBUS at the first page that has no block."""
+    array = np.lib.format.open_memmap(path, "w+", dtype, shape)
+    with open(path, "r+b") as f:
+        os.posix_fallocate(f.fileno(), 0, os.path.getsize(path))
+    return array
+
+
+@torch.no_grad()
+def _fill(teacher, dataset, hidden, tmp: Path, lengths, offsets, logit_offsets, width, token_logits, hidden_size,
+          batch_size, progress) -> None:
+    from tqdm.auto import tqdm
+
+    logits = _memmap(tmp / "logits.npy", np.float32, (int(logit_offsets[-1]), width))
+    states = {i: _memmap(tmp / f"hidden_{i}.npy", np.float16, (int(offsets[-1]), hidden_size)) for i in hidden}
+    order = np.argsort(lengths, kind="stable")
+    for start in tqdm(range(0, len(order), batch_size), desc="teacher cache",
+                      disable=None if progress else True):  # None: only on a terminal
+        idx = order[start : start + batch_size].tolist()
+        batch = collate(teacher, [dataset[i] for i in idx], idx)
+        with capture(teacher, set(hidden), set()) as captured:
+            out = teacher(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        for j, i in enumerate(idx):
+            n = lengths[i]
+            if width:
+                logits[logit_offsets[i] : logit_offsets[i + 1]] = (out[j, :n] if token_logits else out[j]).numpy()
+            for layer in hidden:
+                states[layer][offsets[i] : offsets[i + 1]] = captured["hidden"][layer][j, :n].numpy()
+    logits.flush()
+    for s in states.values():
+        s.flush()
+    np.save(tmp / "offsets.npy", offsets)
+    np.save(tmp / "logit_offsets.npy", logit_offsets)
+    (tmp / "meta.json").write_text(json.dumps({"hidden": hidden, "examples": len(dataset),
+                                                 "token_logits": token_logits}))
+
+
+def _remove_stale(root: Path) -> None:
+    """Temporary folders of computations whose process is gone (killed, or the machine stopped)."""
+    for tmp in root.glob(".*.*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -18,6 +18,7 @@ import math
 import os
 import pickle
 import random
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -252,9 +253,10 @@ def seed_all(seed: int) -> None:
 
 
 def _atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    from edgebert.device_tests.files import atomic_path
+
+    with atomic_path(path) as tmp:  # a full disk or Ctrl-C leaves no half-written state behind
+        torch.save(obj, tmp)
 
 
 def train(
@@ -346,7 +348,8 @@ def train(
         runner = nn.parallel.DistributedDataParallel(objective)
     t0 = time.time()
     objective.train()
-    bar = tqdm(total=config.steps, initial=start, disable=not config.progress or rank != 0, desc=name,
+    # disable=None: a bar only on a terminal, so logs and CI output hold no \r frames
+    bar = tqdm(total=config.steps, initial=start, disable=None if config.progress and rank == 0 else True, desc=name,
                dynamic_ncols=True)
     epoch_batches, epoch_of_batches, running, count = None, -1, 0.0, 0
     for step in range(start, config.steps):
@@ -376,7 +379,7 @@ def train(
             history.append([done, running / max(count, 1), metrics])
             running, count = 0.0, 0
             if metrics is not None and config.progress and rank == 0:
-                bar.write(f"step {done}: loss {history[-1][1]:.4f} {metric} {metrics[metric]:.4f}")
+                bar.write(f"step {done}: loss {history[-1][1]:.4f} {metric} {metrics[metric]:.4f}", file=sys.stderr)
         if done % config.save_every == 0 or done == config.steps:
             save_state(done)
     bar.close()

@@ -30,11 +30,12 @@ from edgebert.export import formats, load_arrays
 FORMAT_VERSION = 1
 MANIFEST, LABELS, EVAL, REPORT = "manifest.json", "labels.txt", "eval.npz", "report.html"
 MEDIAPIPE = "classifier.tflite"
+HF_CONFIG = "config.json"  # the model's Hugging Face config: Optimum and transformers.pipeline load the bundle
 # Keys write_bundle computes; a caller's manifest may carry anything else (task, quantization, stages...).
-COMPUTED = ("format", "format_version", "labels", "inputs", "eval", "mediapipe", "pareto", "files", "versions",
-            "created")
+COMPUTED = ("format", "format_version", "labels", "inputs", "eval", "mediapipe", "hf", "pareto", "files",
+            "versions", "created")
 VERSIONED = ("edgebert", "torch", "transformers", "tokenizers", "numpy", "onnx", "onnxruntime", "onnxscript",
-             "ai-edge-litert", "litert-torch", "ai-edge-quantizer", "mediapipe")
+             "ai-edge-litert", "litert-torch", "ai-edge-quantizer", "mediapipe", "jinja2", "matplotlib")
 STAGE_KEYS = ("name", "params", "bytes", "flops", "metrics", "wall_s")
 POINT_KEYS = ("stage", "format", "latency_ms", "metric", "bytes")
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -43,14 +44,18 @@ _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 def write_bundle(out: str | Path, *, models: dict[str, str | Path], tokenizer_dir: str | Path, labels: list[str],
                  eval_arrays: dict[str, np.ndarray] | str | Path, manifest: dict,
                  report_points: list[dict] | None = None, max_length: int | None = None,
-                 mediapipe: bool | None = None, force: bool = False) -> Path:
+                 mediapipe: bool | None = None, source_model: str | Path | None = None,
+                 force: bool = False) -> Path:
     """Write the bundle folder `out` atomically; refuse an existing `out` unless `force`.
 
     models: {bundle file name: source}, names ending .onnx/.tflite. max_length: the input contract's
     limit (default: the longest TFLite signature, else the tokenizer's positions). mediapipe: also
     write classifier.tflite (model.tflite's longest signature + MediaPipe metadata) — None = when the
     model and tokenizer allow it (else the manifest says why not), True = required, False = never.
-    report_points: Pareto-chart points {stage, format, latency_ms, metric, bytes[, metric_name]}."""
+    report_points: Pareto-chart points {stage, format, latency_ms, metric (in points), bytes[, metric_name]}.
+    source_model: the PyTorch checkpoint the files were exported from; its Hugging Face config.json goes
+    into the bundle, so Optimum's ORTModel and transformers' pipeline run model.onnx (the manifest's `hf`
+    says why not when transformers cannot express the model's shape)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise EdgebertError(f"{out} is a file, not a bundle folder: pick another --out")
@@ -68,14 +73,15 @@ def write_bundle(out: str | Path, *, models: dict[str, str | Path], tokenizer_di
                             "to derive classifier.tflite from")
     try:
         with atomic_dir(out, replace=True) as tmp:  # an old bundle is swapped out only once the new one is whole
-            _fill(tmp, sources, tokenizer_dir, labels, arrays, extra, points, max_length, mediapipe)
+            _fill(tmp, sources, tokenizer_dir, labels, arrays, extra, points, max_length, mediapipe, source_model)
     except OSError as e:
         raise EdgebertError(_os_message(e, out)) from None
     return out
 
 
 def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list[str], arrays: dict, extra: dict,
-          points: list[dict], max_length: int | None, mediapipe: bool | None) -> None:
+          points: list[dict], max_length: int | None, mediapipe: bool | None, source_model) -> None:
+    from edgebert.device_tests import padding
     from edgebert.tokenizer import describe, load_tokenizer, save
 
     from .report import render
@@ -83,10 +89,6 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
     for name, src in sources.items():
         shutil.copyfile(src, tmp / name)
     tokenizer = load_tokenizer(tokenizer_dir)
-    written = {p.name for p in save(tokenizer, tmp)}
-    clash = sorted(written & (set(sources) | {MANIFEST, LABELS, EVAL, REPORT, MEDIAPIPE}))
-    if clash:
-        raise EdgebertError(f"tokenizer file names {clash} clash with bundle files: rename the models")
     if labels:
         (tmp / LABELS).write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
     files = {name: _model_io(tmp / name) for name in sources}
@@ -99,6 +101,12 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
     if int(arrays["lengths"].max()) > max_length:
         raise EdgebertError(f"eval set has examples of {int(arrays['lengths'].max())} tokens, over max_length "
                             f"{max_length}: tokenize it with max_length={max_length}")
+    written = {p.name for p in save(tokenizer, tmp, max_length=max_length)}
+    clash = sorted(written & (set(sources) | {MANIFEST, LABELS, EVAL, REPORT, MEDIAPIPE, HF_CONFIG}))
+    if clash:
+        raise EdgebertError(f"tokenizer file names {clash} clash with bundle files: rename the models")
+    for name in sources:  # which files give the same outputs however far an input is padded
+        files[name].update(padding.check(formats.of_file(tmp / name).open(tmp / name), arrays, max_length))
     columns = _eval_columns(arrays)
     _write_npz(tmp / EVAL, columns)
     record = {"format": "edgebert-bundle", "format_version": FORMAT_VERSION, **extra, "labels": labels,
@@ -113,10 +121,12 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
         record["mediapipe"] = _mediapipe(tmp, labels, required=bool(mediapipe))
         if "file" in record["mediapipe"]:
             files[MEDIAPIPE] = _model_io(tmp / MEDIAPIPE)
+    if source_model is not None:
+        record["hf"] = _hf_config(tmp, source_model)
     record["pareto"] = points
+    record["versions"] = versions(*VERSIONED)  # before the report, which shows them
     (tmp / REPORT).write_text(render(record, points), encoding="utf-8")
     record["files"] = {p.name: {"sha256": sha256(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
-    record["versions"] = versions(*VERSIONED)
     record["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     (tmp / MANIFEST).write_text(json.dumps(record, indent=2, default=_plain) + "\n", encoding="utf-8")
     _permissions(tmp)
@@ -132,6 +142,18 @@ def _mediapipe(tmp: Path, labels: list[str], required: bool) -> dict:
         if required:
             raise
         return {"skipped": str(e)}
+
+
+def _hf_config(tmp: Path, source_model: str | Path) -> dict:
+    """Write config.json (the model's Hugging Face config); a shape transformers cannot say becomes the reason."""
+    from edgebert.checkpoint import hf_config_of, load
+
+    try:
+        config = hf_config_of(load(source_model))
+    except EdgebertError as e:
+        return {"skipped": str(e)}
+    (tmp / HF_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return {"config": HF_CONFIG, "model_type": config["model_type"], "architectures": config["architectures"]}
 
 
 def read_bundle(path: str | Path, *, verify: bool = True) -> dict:

@@ -13,6 +13,7 @@ import errno
 import hashlib
 import json
 import shutil
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -33,23 +34,43 @@ def _key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def _prepare_out(out: Path, *, resume: bool, force: bool) -> None:
+def _prepare_out(out: Path, *, resume: bool, force: bool, need: int = 0) -> None:
     if out.exists() and not out.is_dir():
         raise EdgebertError(f"output {out} is a file: pass a folder for --out")
-    if out.exists() and any(out.iterdir()):
-        if force:
-            shutil.rmtree(out)
-        elif not resume:
-            raise EdgebertError(f"output folder {out} exists: pass --resume to continue it or --force to start over")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        if out.exists() and any(out.iterdir()):
+            if force:
+                shutil.rmtree(out)
+            elif not resume:
+                raise EdgebertError(f"output folder {out} exists: pass --resume to continue it or --force to start over")
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        raise EdgebertError(f"cannot write the output folder {out} ({e.strerror}): pass a writable --out") from None
+    free = shutil.disk_usage(out).free
+    if free < need:
+        raise EdgebertError(f"disk full: {out} has {free / 1e6:.0f} MB free and the compile needs about "
+                            f"{need / 1e6:.0f} MB; free space or pass another --out")
 
 
 def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, resume: bool = False,
-            force: bool = False, bench: bool | None = None) -> Path:
-    """Run `recipe` into `out` and return the bundle folder (`out/bundle`)."""
+            force: bool = False, bench: bool | None = None, rebench: bool = False, on_out=None) -> Path:
+    """Run `recipe` into `out` and return the bundle folder (`out/bundle`).
+
+    A resumed run whose stages and bundle are all current changes nothing (not even timings);
+    `rebench` rebuilds the bundle with fresh ones. `on_out(out)` is called once the output folder
+    is ready (the CLI starts its log there)."""
     out = Path(out).resolve()
-    ctx = context(recipe, out, data_dir)  # bad data fails here, before anything is written
-    _prepare_out(out, resume=resume, force=force)
+    if rebench and bench is False:
+        raise EdgebertError("--rebench asks for fresh timings and --no-bench for none: pass one of them")
+    if force and resume:
+        raise EdgebertError("--force deletes the output folder and --resume continues it: pass one of them")
+    ctx = context(recipe, out, data_dir)  # bad data or recipe fails here, before anything is written
+    weights = sum(f.stat().st_size for f in start_model(recipe).glob("*.safetensors"))
+    _prepare_out(out, resume=resume, force=force, need=4 * weights)  # stage models, ONNX, TFLite, bundle
+    if on_out:
+        on_out(out)
     start = start_model(recipe)
     weights = sorted(start.glob("*.safetensors"))
     key = _key("start", {k: v for k, v in asdict(recipe).items() if k not in ("stages", "options")},
@@ -73,8 +94,9 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
                     record = stage.run(ctx, state, recipe.stage(name), tmp, out / "work" / dest.name)
                     record = {"name": name, "wall_s": round(time.time() - t0, 1), **record}
                     (tmp / "record.json").write_text(json.dumps(record, indent=1, default=str))
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
+            except Exception as e:  # torch.save and ONNX report a full disk as RuntimeError or a protobuf error
+                full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+                if not (full or shutil.disk_usage(out).free < 1 << 20):
                     raise
                 raise EdgebertError(f"disk full while writing stage {name} under {out}: free space, then "
                                     "re-run with --resume") from None
@@ -87,8 +109,22 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
         stages.append(record)
     if not state.files:
         raise EdgebertError("stages: the recipe exports nothing; add \"export\" to stages")
-    return build_bundle(ctx, state, stages, out / "bundle",
-                        bench=recipe.stage("export").bench if bench is None else bench)
+    bench = True if rebench else recipe.stage("export").bench if bench is None else bench
+    build = _key(key, bench, stages, state.verification)  # what the bundle is a function of
+    if not rebench and _current(out / "bundle", build):
+        log("bundle: up to date, nothing to do (--rebench for fresh timings)")
+        return out / "bundle"
+    return build_bundle(ctx, state, stages, out / "bundle", bench=bench, build=build)
+
+
+def _current(bundle: Path, build: str) -> bool:
+    """Whether `bundle` is whole (every file matches its manifest) and was built from `build`."""
+    from .bundle import read_bundle
+
+    try:
+        return bundle.is_dir() and read_bundle(bundle).get("build") == build
+    except EdgebertError:
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,9 +158,14 @@ def _torch_latency(model_dir: Path, arrays: dict, runs: int = 30) -> float:
     return float(np.median(times))
 
 
-def _bench_files(ctx: Context, state: State) -> dict[str, dict]:
-    """The harness, locally, on each model file: latency p50 and on-device accuracy."""
+def _bench_files(ctx: Context, state: State, labels: list[str]) -> dict[str, dict]:
+    """The harness, locally, on each model file: latency (each run), load time, peak RSS, on-device
+    metric and error breakdown; for an ONNX file also ORT's op-level profile (a separate, untimed pass)."""
+    from edgebert.device_tests.evalset import EvalSet
+    from edgebert.device_tests.profile import profile_onnx
+
     from ..bench import bench
+    from .report import error_breakdown
 
     eval_file = ctx.out / "work" / "eval.npz"
     eval_file.parent.mkdir(parents=True, exist_ok=True)
@@ -132,17 +173,45 @@ def _bench_files(ctx: Context, state: State) -> dict[str, dict]:
     results = {}
     for name, path in sorted(state.files.items()):
         run = bench(path, inputs=eval_file, target="local", threads=1, warmup=5, runs=50, log=log)["runs"][0]
-        results[name] = {"latency_ms": run["latency_ms"], "accuracy": run.get("accuracy"),
-                         "peak_rss_mb": run["peak_rss_mb"], "load_ms": run["load_ms"]}
+        results[name] = {"latency_ms": run["latency_ms"], "latency_runs_ms": run["latency_runs_ms"],
+                         "accuracy": run.get("accuracy"), "pearson": run.get("pearson"),
+                         "peak_rss_mb": run["peak_rss_mb"], "load_ms": run["load_ms"],
+                         "first_inference_ms": run["first_inference_ms"], "threads": run["settings"]["threads"],
+                         "device": run["device"], "runtime": run["runtime"],
+                         "errors": error_breakdown(run.get("predictions"), ctx.eval_arrays.get("labels"), labels)}
+        if path.suffix == ".onnx":
+            data_set = EvalSet(str(eval_file))
+            results[name]["profile"] = profile_onnx(str(path), data_set, list(range(min(20, data_set.n))),
+                                                    threads=1, warmup=3)
     return results
 
 
-def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, bench: bool) -> Path:
+def _baselines(out: Path, dest: Path) -> dict | None:
+    """bench/compare.py's teacher and Optimum figures, when a results file (OUT/compare.json, else
+    ./bench/results/compare.json) measured this bundle; the report shows them, and never needs them."""
+    from .report import baselines
+
+    for path in (out / "compare.json", Path("bench") / "results" / "compare.json"):
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        bundle = (found.get("inputs") or {}).get("bundle") if isinstance(found, dict) else None
+        if bundle and Path(bundle).resolve() == dest.resolve():
+            return baselines(found)
+    return None
+
+
+def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, bench: bool,
+                 build: str | None = None) -> Path:
     from .bundle import write_bundle
 
     task = data.get_task(ctx.recipe.task)
     manifest_stages, points = [], []
+    made_by = {}  # file -> the stage that wrote it (export copies what quantize wrote)
     for record in stages:
+        for name in record.get("files", {}):
+            made_by.setdefault(name, record["name"])
         if "params" not in record:  # an export stage: its files are described under "verification"
             continue
         metric = record["metrics"].get(task.metric)
@@ -154,7 +223,8 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
             points.append({"stage": record["name"], "format": "pytorch", "metric": _points(metric),
                            "latency_ms": _torch_latency(model_dir, ctx.eval_arrays), "bytes": record["bytes"],
                            "metric_name": task.metric})
-    measured = _bench_files(ctx, state) if bench else {}
+    labels = list(task.labels) if task.kind != "regression" else []
+    measured = _bench_files(ctx, state, labels) if bench else {}
     for name, m in measured.items():
         if m["accuracy"] is not None:
             points.append({"stage": "bundle", "format": name, "metric": _points(m["accuracy"]),
@@ -167,34 +237,50 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
                    "max_length": ctx.recipe.max_length},
         "quantization": asdict(q) if "quantize" in ctx.recipe.stages else None,
         "stages": manifest_stages,
-        "verification": state.verification,
+        "verification": {name: {"stage": made_by[name], **v} for name, v in state.verification.items()},
         "bench_local": measured,
+        "build": build,
+        "baselines": _baselines(ctx.out, dest),
     }
-    labels = list(task.labels) if task.kind != "regression" else []
     bundle = write_bundle(dest, models=state.files, tokenizer_dir=ctx.tokenizer_dir, labels=labels,
                           eval_arrays=ctx.eval_arrays, manifest=manifest, report_points=points,
-                          max_length=ctx.recipe.max_length, force=True)
+                          max_length=ctx.recipe.max_length, source_model=state.model, force=True)
     log(f"bundle written to {bundle}")
     return bundle
 
 
-def summary(bundle: Path) -> str:
-    """The one screen printed at the end of a compile."""
+def summary_data(bundle: Path) -> dict:
+    """The end-of-compile summary as plain data (`compile --json` prints it); metrics in points."""
     manifest = json.loads((bundle / "manifest.json").read_text())
     metric = manifest["task"]["metric"]
-    lines = [f"{'stage':<10} {'params':>12} {'MB':>8} {'GFLOPs@128':>11} {metric:>10} {'wall s':>8}"]
-    for s in manifest["stages"]:
-        value = s["metrics"].get(metric)
-        lines.append(f"{s['name']:<10} {s['params']['total']:>12,} {s['bytes'] / 1e6:>8.1f} {s['flops'] / 1e9:>11.2f} "
-                     f"{'-' if value is None else f'{_points(value):.2f}':>10} {s['wall_s']:>8.0f}")
-    lines.append("")
-    lines.append(f"{'file':<20} {'MB':>8} {'max|diff|':>10} {'agree':>7} {'metric':>8} {'p50 ms':>8}")
+    stages = [{"stage": s["name"], "params": s["params"]["total"], "bytes": s["bytes"], "flops_128": s["flops"],
+               metric: _points(s["metrics"].get(metric)), "wall_s": s["wall_s"]} for s in manifest["stages"]]
+    files = []
     for name, v in manifest["verification"].items():
         check = v["verify"] or {}
-        bench = manifest["bench_local"].get(name, {})
-        p50 = bench.get("latency_ms", {}).get("p50")
-        lines.append(f"{name:<20} {manifest['files'][name]['bytes'] / 1e6:>8.1f} {check.get('max_abs_diff', 0):>10.2g} "
-                     f"{check.get('agreement', 0):>7.3f} {_points(check.get('value') or 0):>8.2f} "
-                     f"{'-' if p50 is None else f'{p50:.2f}':>8}")
+        files.append({"file": name, "bytes": manifest["files"][name]["bytes"],
+                      "max_abs_diff": check.get("max_abs_diff"), "agreement": check.get("agreement"),
+                      metric: _points(check.get("value")),
+                      "p50_ms": manifest["bench_local"].get(name, {}).get("latency_ms", {}).get("p50")})
+    return {"bundle": str(bundle), "metric": metric, "stages": stages, "files": files}
+
+
+def summary(bundle: Path) -> str:
+    """The one screen printed at the end of a compile."""
+    data = summary_data(bundle)
+    metric = data["metric"]
+
+    def num(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    lines = [f"{'stage':<10} {'params':>12} {'MB':>8} {'GFLOPs@128':>11} {metric:>10} {'wall s':>8}"]
+    for s in data["stages"]:
+        lines.append(f"{s['stage']:<10} {s['params']:>12,} {s['bytes'] / 1e6:>8.1f} {s['flops_128'] / 1e9:>11.2f} "
+                     f"{num(s[metric], '.2f'):>10} {s['wall_s']:>8.0f}")
+    lines.append("")
+    lines.append(f"{'file':<20} {'MB':>8} {'max|diff|':>10} {'agree':>7} {'metric':>8} {'p50 ms':>8}")
+    for f in data["files"]:
+        lines.append(f"{f['file']:<20} {f['bytes'] / 1e6:>8.1f} {num(f['max_abs_diff'], '.2g'):>10} "
+                     f"{num(f['agreement'], '.3f'):>7} {num(f[metric], '.2f'):>8} {num(f['p50_ms'], '.2f'):>8}")
     lines.append(f"\nbundle: {bundle} (report.html, manifest.json)")
     return "\n".join(lines)

@@ -6,14 +6,17 @@ from __future__ import annotations
 import hashlib
 import random
 import sys
+import warnings
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from .. import checkpoint, data, tokenizer as tokenization
 from ..errors import EdgebertError
-from ..model import HeadConfig, TaskModel, with_head
+from ..checkpoint import TOKENIZER_FILES
+from ..model import HeadConfig, TaskModel, encoder_of, with_head
 
 
 @dataclass
@@ -82,20 +85,73 @@ def _limited(split: data.Split, limit: int, seed: int) -> data.Split:
 
 
 def context(recipe, out: Path, data_dir: str | None) -> Context:
+    """Everything the stages read, after checking the whole recipe against the start model and the
+    data: a mistake any stage would hit fails here, in seconds, before `out` is created."""
     task = data.get_task(recipe.task)
     tokenizer_dir = start_model(recipe)
+    encoder = encoder_of(checkpoint.load(tokenizer_dir)).config
+    if not any((tokenizer_dir / name).is_file() for name in TOKENIZER_FILES[3:] + ("tokenizer.json",)):
+        raise EdgebertError(f"{tokenizer_dir} has no tokenizer files (tokenizer.json, vocab.txt, ...): copy the "
+                            "tokenizer of the model it was trained from into the folder")
     tok = tokenization.load_tokenizer(tokenizer_dir)
     tokenization.check_max_length(tok, recipe.max_length)
-    train_split = _limited(data.load_task(task, "train", data_dir=data_dir), recipe.train_limit, recipe.seed)
-    eval_split = _limited(data.load_task(task, task.eval_split, data_dir=data_dir), recipe.eval_limit, recipe.seed)
+    if len(tok) > encoder.vocab_size:
+        raise EdgebertError(f"the tokenizer in {tokenizer_dir} has {len(tok)} tokens but the model embeds only "
+                            f"{encoder.vocab_size}: use the tokenizer the model was trained with")
+    check_recipe(recipe, encoder)
+    load = partial(data.load_task, task, data_dir=data_dir, on_bad_row=recipe.on_bad_row)
+    train_split = _limited(load("train"), recipe.train_limit, recipe.seed)
+    eval_split = _limited(load(task.eval_split), recipe.eval_limit, recipe.seed)
     calibration_split = _limited(train_split, recipe.stage("quantize").calibration_size, recipe.seed + 1)
-    return Context(
+    ctx = Context(
         recipe=recipe, out=out, tokenizer_dir=tokenizer_dir,
         data=data.TaskData(data.EncodedDataset(train_split, tok, recipe.max_length),
                            data.EncodedDataset(eval_split, tok, recipe.max_length), tok),
         eval_arrays=data.pretokenize_eval(eval_split, tok, recipe.max_length),
         calibration=data.pretokenize_eval(calibration_split, tok, recipe.max_length),
     )
+    for name, split in (("training", ctx.data.train), ("eval", ctx.data.eval)):
+        _warn_unknown(split.input_ids, tok, f"{task.name} {name} data")
+    if task.kind != "regression":
+        labels = np.asarray(ctx.eval_arrays["labels"]).ravel()
+        labels = labels[labels != data.IGNORE]
+        counts = np.bincount(labels, minlength=len(task.labels))
+        log(f"eval majority-class baseline: accuracy {counts.max() / counts.sum():.4f} "
+            f"(always {task.labels[int(counts.argmax())]!r}); the model should beat it by more than a few points")
+    return ctx
+
+
+UNKNOWN_WARN = 0.05  # above this share of [UNK] tokens the model cannot read the text
+
+
+def _warn_unknown(input_ids: list[list[int]], tok, what: str) -> float:
+    """The share of text tokens that are the unknown token, with a warning when it is high."""
+    unk, special = tok.unk_token_id, set(tok.all_special_ids) - {tok.unk_token_id}
+    text = [i for ids in input_ids for i in ids if i not in special]
+    rate = sum(i == unk for i in text) / max(len(text), 1) if unk is not None else 0.0
+    if rate > UNKNOWN_WARN:
+        warnings.warn(f"{what}: {rate:.0%} of the tokens are {tok.unk_token} under the model's tokenizer, so the "
+                      "model cannot read that text (another script or language?): use a model whose vocabulary "
+                      "covers it", stacklevel=2)
+    return rate
+
+
+def check_recipe(recipe, encoder) -> None:
+    """What the stages would refuse hours in, checked against the start model's `encoder` config."""
+    stages = set(recipe.stages)
+    if "distill" in stages:
+        d = recipe.stage("distill")
+        if d.keep_layers and max(d.keep_layers) > encoder.num_layers:
+            raise EdgebertError(f"distill.keep_layers: layer {max(d.keep_layers)} does not exist in the start "
+                                f"model's {encoder.num_layers} layers; use 1..{encoder.num_layers}")
+        if d.layers is not None and d.layers > encoder.num_layers:
+            raise EdgebertError(f"distill.layers: {d.layers} is more than the start model's {encoder.num_layers} "
+                                f"layers; use 1..{encoder.num_layers}")
+    if stages & {"quantize", "export"}:
+        too_long = [t for t in recipe.stage("export").seq_lens if t > recipe.max_length]
+        if too_long:
+            raise EdgebertError(f"export.seq_lens: {too_long[0]} is longer than max_length {recipe.max_length}, so the "
+                                f"tokenizer never fills it; use lengths up to {recipe.max_length}")
 
 
 def data_fingerprint(ctx: Context) -> str:

@@ -1,11 +1,18 @@
 """Recipes: the TOML file `edgebert compile` runs.
 
-    task = "sst2"                      # a known task, or a [data] table for CSV/JSONL files
+    task = "sst2"                      # a registered task, or your own file: task = "data/train.csv"
     model = "minilm"                   # start point: "minilm" (the packaged default) or a checkpoint
     stages = ["finetune", "distill", "prune", "quantize", "export"]
 
     [distill]
     layers = 4
+
+Your own data is a `[data]` table instead of `task` (the fields: `edgebert.data.DataConfig`):
+
+    [data]
+    train = "data/train.csv"           # .csv, .tsv or .jsonl; dev = "data/dev.csv", else dev_fraction carved
+    text = "sentence"                  # pair = "question" for pair tasks; label = "label"
+    # kind = "regression"              # inferred: scores like 3.8 → regression, else the class names sorted
 
 Each stage's table is checked against the options dataclass the stage registry gives for it
 (`pipeline.stages`: for the passes, the pass's own config); a mistake is reported with its field
@@ -20,19 +27,22 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
+from ..data import DataConfig, is_data_file
 from ..errors import EdgebertError
 from .stages import STAGES, order
 
 
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
-    task: str = "sst2"
+    task: str | None = "sst2"  # a registered task; None when `data` names the user's own
+    data: DataConfig | None = None  # the [data] table (or `task = "FILE"`): the user's files and columns
     model: str = "minilm"
     teacher: str | None = None  # a fine-tuned checkpoint: the finetune stage then starts from it
     max_length: int = 64
     eval_limit: int = 0  # 0 = the whole eval split; set for a quick run
     train_limit: int = 0  # 0 = the whole training split
     seed: int = 42
+    on_bad_row: str = "error"  # a malformed data row: "error" stops at it (file:line), "skip" counts and warns
     stages: list[str] = field(default_factory=lambda: ["finetune", "distill", "prune", "quantize", "export"])
     options: dict[str, object] = field(default_factory=dict)  # stage name -> its options (the registry's type)
 
@@ -40,7 +50,7 @@ class Recipe:
         return self.options[name]
 
 
-_TOP = {f.name for f in fields(Recipe)} - {"options"}
+_TOP = {f.name for f in fields(Recipe)} - {"options", "data"}
 
 
 def parse(text: str, *, source: str = "recipe") -> Recipe:
@@ -55,15 +65,33 @@ def parse(text: str, *, source: str = "recipe") -> Recipe:
             raise EdgebertError(f"{key}: unknown recipe field; known: {', '.join(sorted(_TOP))}")
     values = {k: _check(f"{k}", v, _field_type(Recipe, k), _default(Recipe, k)) for k, v in top.items()}
     _check_stages(values.get("stages", _default(Recipe, "stages")))
+    if "data" in tables:
+        if "task" in values:
+            raise EdgebertError(f"task: the recipe names its data twice (task = \"{values['task']}\" and a [data] "
+                                "table); keep one")
+        values.update(task=None, data=build(DataConfig, tables.pop("data"), "data"))
+    elif is_data_file(values.get("task") or ""):
+        values.update(task=None, data=DataConfig(train=values["task"]))
     for name in tables:
         if name not in STAGES:
             raise EdgebertError(f"[{name}]: unknown stage table; known stages: {', '.join(order())}")
     options = {name: build(stage.options, tables.get(name, {}), name, defaults=stage.defaults)
                for name, stage in STAGES.items()}
+    max_length = values.get("max_length", _default(Recipe, "max_length"))
+    if max_length < 2:
+        raise EdgebertError(f"max_length: expected at least 2, got {max_length}")
+    if "seq_lens" not in tables.get("export", {}):  # the default lengths, up to the recipe's max_length
+        lengths = options["export"].seq_lens
+        options["export"] = options["export"].replace(
+            seq_lens=[t for t in lengths if t < max_length] + [max_length] if max(lengths) >= max_length else lengths)
     recipe = Recipe(**values, options=options)
-    if recipe.max_length < 2:
-        raise EdgebertError(f"max_length: expected at least 2, got {recipe.max_length}")
+    check_bad_row(recipe.on_bad_row)
     return recipe
+
+
+def check_bad_row(value: str) -> None:
+    if value not in ("error", "skip"):
+        raise EdgebertError(f'on_bad_row: expected "error" or "skip", got {value!r}')
 
 
 def _check_stages(stages: list[str]) -> None:
@@ -72,6 +100,31 @@ def _check_stages(stages: list[str]) -> None:
             raise EdgebertError(f"stages: unknown stage {name!r}; known stages: {', '.join(order())}")
     if len(set(stages)) != len(stages):
         raise EdgebertError("stages: a stage is listed twice")
+    rank = {name: i for i, name in enumerate(order())}
+    for a, b in zip(stages, stages[1:]):
+        if rank[a] > rank[b]:
+            raise EdgebertError(f"stages: {b!r} cannot run after {a!r} (each stage works on the one before's "
+                                f"output); list them in the order {', '.join(s for s in order() if s in stages)}")
+
+
+def with_data(recipe: Recipe, task: str | None = None, **fields) -> Recipe:
+    """The recipe after the CLI's `--task` and data flags: a registered task replaces the recipe's data; a
+    file becomes `[data] train`, keeping the table's other fields; `fields` (DataConfig's) set the rest."""
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if task is not None and not is_data_file(task):
+        if fields:
+            raise EdgebertError(f"data.{next(iter(fields))}: set for your own files, but the task is {task!r}; "
+                                "pass --task FILE.csv (or .tsv, .jsonl) with it")
+        return replace(recipe, task=task, data=None)
+    if task is not None:  # a file: it replaces an online dataset too
+        fields.update(train=task, dataset=None, dataset_config=None)
+    if not fields:
+        return recipe
+    if recipe.data is None and "train" not in fields:
+        raise EdgebertError(f"data.{next(iter(fields))}: set for your own files, but the recipe reads the registered "
+                            f"task {recipe.task!r}; pass --task FILE.csv (or .tsv, .jsonl) too")
+    data = recipe.data.replace(**fields) if recipe.data else DataConfig(**fields)
+    return replace(recipe, task=None, data=data)
 
 
 def with_stages(recipe: Recipe, stages: list[str]) -> Recipe:

@@ -1,40 +1,108 @@
-"""report.html: the per-stage table and the accuracy / latency / size trade-off, readable offline.
+"""report.html: what a bundle is, how it was made and how it runs, readable offline.
 
-One self-contained file (inline CSS and SVG, no scripts, nothing fetched), so it opens from a bundle
-on any machine. It holds no timestamps or wall times: its bytes depend only on the recorded stages
-and measurements, like every other hashed file of the bundle.
+One self-contained file (inline CSS and SVG charts, no scripts, nothing fetched), so it opens from a
+bundle on any machine. The page is a jinja2 template (templates/report.html.j2); the charts are
+matplotlib figures written as SVG with a fixed hash salt and no date, so the bytes depend only on the
+recorded stages and measurements, like every other hashed file of the bundle. It holds no wall times.
+
+Every task metric is shown in points (accuracy 0.9014 → 90.14): the manifest keeps fractions, the
+Pareto points arrive in points (compile converts them, `bundle.write_bundle` documents it).
 """
 
 from __future__ import annotations
 
-import json
 import math
-from html import escape
+from io import StringIO
+from pathlib import Path
 
-WIDTH, HEIGHT = 760, 440
-LEFT, RIGHT, TOP, BOTTOM = 70, 170, 20, 50
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
-CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222;padding:0 1em}
-table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;
-vertical-align:top}th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums}
-code{background:#f6f6f6;padding:0 3px}.note{color:#666;font-size:13px}svg text{font:12px system-ui,sans-serif}"""
+import numpy as np
+
+from edgebert.errors import EdgebertError
+
+TEMPLATES = Path(__file__).parent / "templates"
+TOP_OPS = 8
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#e377c2", "#7f7f7f",
+           "#bcbd22")
+MARKERS = ("o", "s", "D", "^", "v", "P", "X")
 
 
 def render(record: dict, points: list[dict]) -> str:
-    """The report for a bundle record (the manifest without files and versions) and its Pareto points."""
+    """The report for a bundle record (the manifest before its file list) and its Pareto points."""
+    try:
+        import jinja2
+    except ImportError as e:
+        raise EdgebertError(f"report.html needs jinja2 and matplotlib ({e}): pip install 'edgebert[convert]'") from None
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(size=_bytes, flops=_flops, num=_num, ms=_ms)
     task = record.get("task")
-    title = f"edgebert bundle: {task}" if isinstance(task, str) else "edgebert bundle"
-    head = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>")
-    parts = [head, _summary(record),
-             "<h2>Stages</h2>", _stages(record.get("stages") or []),
-             "<h2>Accuracy, latency and size</h2>", _pareto(points),
-             "<h2>Input contract</h2>", _contract(record),
-             "</body></html>\n"]
-    return "\n".join(parts)
+    task = task if isinstance(task, dict) else {"name": task, "metric": points[0]["metric_name"] if points
+                                                else "accuracy", "kind": None}
+    files = _files(record)
+    best = optimal(points)
+    runs = {name: f["latency_runs_ms"] for name, f in files.items() if f.get("latency_runs_ms")}
+    return env.get_template("report.html.j2").render(
+        title=f"edgebert bundle: {task['name']}" if task.get("name") else "edgebert bundle",
+        task=task, summary=_summary(record), stages=_stages(record, files, task["metric"]), files=files,
+        pareto=[{**p, "optimal": ok} for p, ok in zip(points, best)],
+        pareto_chart=_pareto_chart(points, best) if points else None,
+        latency_chart=_latency_chart(runs) if runs else None,
+        machine=_machine(record), versions=record.get("versions") or {},
+        baselines=record.get("baselines"), contract=_contract(record), top_ops=TOP_OPS) + "\n"
 
 
-def _summary(record: dict) -> str:
+# ---------------------------------------------------------------------------------------------
+# What the compile gathers for the report (it lands in the manifest, so the report is reproducible).
+
+
+def error_breakdown(predictions, labels, names: list[str]) -> dict | None:
+    """A confusion matrix (classification) or the residuals (regression) of one file on the eval set."""
+    if predictions is None or labels is None:
+        return None
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    if labels.ndim != 1 or predictions.shape != labels.shape:  # token tasks: per-tag errors are not broken down
+        return None
+    if labels.dtype.kind == "f":
+        residual = predictions.astype(np.float64) - labels
+        edges = np.linspace(-max(abs(residual).max(), 1e-9), max(abs(residual).max(), 1e-9), 11)
+        counts, _ = np.histogram(residual, edges)
+        return {"kind": "residuals", "n": int(len(residual)), "mean": float(residual.mean()),
+                "mae": float(abs(residual).mean()), "rmse": float(np.sqrt((residual ** 2).mean())),
+                "percentiles": dict(zip(("p5", "p25", "p50", "p75", "p95"),
+                                        map(float, np.percentile(residual, [5, 25, 50, 75, 95])))),
+                "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
+    n = max(len(names), int(predictions.max()) + 1, int(labels.max()) + 1)
+    matrix = np.bincount(labels.astype(np.int64) * n + predictions.astype(np.int64), minlength=n * n).reshape(n, n)
+    return {"kind": "confusion", "labels": [names[i] if i < len(names) else str(i) for i in range(n)],
+            "matrix": matrix.tolist()}
+
+
+def baselines(compare: dict) -> dict:
+    """bench/compare.py's models (teacher, Optimum, student) at 1 thread on real lengths, compactly."""
+    timing = compare.get("timing", {}).get("t1", {}).get("real", {})
+    rows = []
+    for key, m in compare.get("models", {}).items():
+        t = timing.get(key, {})
+        rows.append({"id": key, "label": m.get("label", key), "bytes": m.get("bytes"),
+                     "accuracy": (m.get("accuracy", {}).get("real") or {}).get("accuracy"),
+                     "p50_ms": t.get("p50_ms"), "p90_ms": t.get("p90_ms"), "peak_rss_mb": t.get("peak_rss_mb"),
+                     "speedup_vs_baseline": t.get("speedup_vs_2"), "student": key.startswith("student")})
+    machine = compare.get("machine", {})
+    return {"date": compare.get("date"), "command": compare.get("command"),
+            "machine": f"{machine.get('cpu_model', '?')} ({machine.get('architecture', '?')}, "
+                       f"{machine.get('cores', '?')} cores)",
+            "baseline": compare.get("baseline_2", {}).get("t1", {}).get("real"), "rows": rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# The page's rows.
+
+
+def _points(fraction) -> float | None:
+    return None if fraction is None else float(fraction) * 100
+
+
+def _summary(record: dict) -> list[tuple[str, str]]:
     inputs = record.get("inputs", {})
     tok = inputs.get("tokenizer", {})
     rows = [("Labels", ", ".join(record.get("labels") or []) or "none (regression or token task)"),
@@ -44,7 +112,7 @@ def _summary(record: dict) -> str:
                           f"{tok.get('vocab_size')} tokens" if tok else None),
             ("Quantization", _short(record.get("quantization")) if record.get("quantization") else None),
             ("MediaPipe", _mediapipe(record.get("mediapipe")))]
-    return _table(None, [[k, v] for k, v in rows if v is not None])
+    return [(k, str(v)) for k, v in rows if v is not None]
 
 
 def _mediapipe(info: dict | None) -> str | None:
@@ -55,26 +123,102 @@ def _mediapipe(info: dict | None) -> str | None:
     return f"no classifier.tflite: {info.get('skipped')}"
 
 
-def _stages(stages: list[dict]) -> str:
-    if not stages:
-        return "<p class='note'>No stage records were given.</p>"
-    rows = [[s["name"], _short(s.get("params")), _bytes(s.get("bytes")), _flops(s.get("flops")),
-             _short(s.get("metrics"))] for s in stages]
-    return _table(["Stage", "Parameters", "Size", "FLOPs / sequence", "Metrics"], rows, numeric={2, 3})
+def _files(record: dict) -> dict[str, dict]:
+    """Each final model file: its verification against PyTorch and its local bench, metrics in points."""
+    verification, bench = record.get("verification") or {}, record.get("bench_local") or {}
+    out = {}
+    for name in [*verification, *(n for n in bench if n not in verification)]:  # in the order stages wrote them
+        v, b = verification.get(name) or {}, bench.get(name) or {}
+        check, meta = v.get("verify") or {}, v.get("meta") or {}
+        method = meta.get("method") or (meta.get("config") or {}).get("type") or meta.get("precision")
+        device = next((b[k] for k in ("accuracy", "pearson") if b.get(k) is not None), None)
+        out[name] = {
+            "stage": v.get("stage", "export"), "format": meta.get("format") or Path(name).suffix.lstrip("."),
+            "method": method or "float", "bytes": check.get("bytes") or b.get("bytes"),
+            "metric": _points(check.get("value")), "metric_name": check.get("metric"),
+            "device_metric": _points(device), "agreement": _points(check.get("agreement")),
+            "max_abs_diff": check.get("max_abs_diff"), "examples": check.get("examples"),
+            "latency": b.get("latency_ms"), "latency_runs_ms": b.get("latency_runs_ms"),
+            "load_ms": b.get("load_ms"), "first_ms": b.get("first_inference_ms"), "peak_rss_mb": b.get("peak_rss_mb"),
+            "threads": b.get("threads"), "runtime": b.get("runtime"), "profile": _profile(b.get("profile")),
+            "errors": _errors(b.get("errors"))}
+    return out
 
 
-def _pareto(points: list[dict]) -> str:
-    if not points:
-        return "<p class='note'>No latency measurements were given, so there is no trade-off chart.</p>"
-    best = optimal(points)
-    rows = [[p["stage"], p["format"], f"{p['latency_ms']:.3f}", f"{p['metric']:.2f}", _bytes(p["bytes"]),
-             "yes" if ok else ""] for p, ok in zip(points, best)]
-    name = points[0]["metric_name"]
-    return "\n".join([_chart(points, best), "<p class='note'>x: latency p50; y: " + escape(name) +
-                      "; bubble area: file size. Filled, outlined points are Pareto-optimal: no other point is at "
-                      "least as accurate, as fast and as small. Hover a point for its numbers.</p>",
-                      _table(["Stage", "Format", "Latency p50 (ms)", escape(name), "Size", "Pareto-optimal"], rows,
-                             numeric={2, 3, 4})])
+def _profile(profile: dict | None) -> dict | None:
+    if not profile:
+        return None
+    ops = profile.get("ops", [])
+    shown = ops[:TOP_OPS]
+    return {"runs": profile.get("runs"), "kernel_ms": profile.get("kernel_ms"),
+            "model_run_ms": profile.get("model_run_ms"), "mean_length": profile.get("mean_length"),
+            "ops": [{**o, "share": o["share"] * 100} for o in shown],
+            "rest": sum(o["share"] for o in ops[TOP_OPS:]) * 100, "rest_count": len(ops) - len(shown)}
+
+
+def _errors(errors: dict | None) -> dict | None:
+    if not errors or errors.get("kind") != "confusion":
+        return errors
+    matrix = np.asarray(errors["matrix"])
+    totals = matrix.sum(1, keepdims=True)
+    share = np.where(totals > 0, matrix / np.maximum(totals, 1) * 100, 0.0)
+    return {**errors, "rows": [{"label": label, "cells": [{"count": int(c), "share": float(s)} for c, s in zip(r, p)],
+                                "total": int(t), "recall": float(p[i])}
+                               for i, (label, r, p, t) in enumerate(zip(errors["labels"], matrix, share, totals[:, 0]))]}
+
+
+def _stages(record: dict, files: dict[str, dict], metric: str) -> list[dict]:
+    """Every stage through the final files: the training passes, then one row per file quantize/export wrote."""
+    rows, last = [], {}
+    for s in record.get("stages") or []:
+        params = dict(s.get("params") or {})
+        total = params.pop("total", None)
+        metrics = s.get("metrics") or {}
+        rows.append({"name": s["name"], "output": "PyTorch checkpoint", "params": total, "bytes": s.get("bytes"),
+                     "flops": s.get("flops"), "metric": _points(metrics.get(metric)),
+                     "others": "; ".join(f"{k} {_points(v):.2f}" for k, v in metrics.items()
+                                         if k != metric and isinstance(v, (int, float))),
+                     "settings": _short(params), "agreement": None, "max_abs_diff": None})
+        last = rows[-1]
+    for name, f in files.items():
+        rows.append({"name": f["stage"], "output": f"{name} ({f['method']})", "params": last.get("params"),
+                     "bytes": f["bytes"], "flops": last.get("flops"), "metric": f["metric"], "others": "",
+                     "settings": "", "agreement": f["agreement"], "max_abs_diff": f["max_abs_diff"]})
+    return rows
+
+
+def _machine(record: dict) -> list[tuple[str, str]]:
+    """Where the local bench ran: the harness's device description, threads and runtimes."""
+    benched = [b for b in (record.get("bench_local") or {}).values() if b.get("device")]
+    if not benched:
+        return []
+    d = benched[0]["device"]
+    runtimes = sorted({f"{b['runtime']['backend']} {b['runtime']['version']}" for b in benched if b.get("runtime")})
+    rows = [("CPU", f"{d.get('cpu_model')} ({d.get('architecture')})"),
+            ("Cores", f"{d.get('cores_usable')} usable of {d.get('cores')}"),
+            ("ISA features", ", ".join(d.get("isa_features") or []) or "none found"),
+            ("OS", d.get("os")), ("Python", d.get("python")),
+            ("Threads", ", ".join(sorted({str(b.get("threads")) for b in benched}))),
+            ("Runtimes", ", ".join(runtimes))]
+    return [(k, str(v)) for k, v in rows if v]
+
+
+def _contract(record: dict) -> dict:
+    inputs = record.get("inputs", {})
+    tok = inputs.get("tokenizer", {})
+    rows = []
+    for name, io in inputs.get("files", {}).items():
+        graphs = io["signatures"].items() if "signatures" in io else [("", io)]  # one graph, or one per length
+        for key, graph in graphs:
+            rows.append([name, io["format"], key, _tensors(graph["inputs"]), _tensors(graph["outputs"])])
+    return {"names": ", ".join(inputs.get("names", [])), "single": str(tok.get("single_template")),
+            "pair": str(tok.get("pair_template")),
+            "special": ", ".join(f"{v['token']}={v['id']}" for v in tok.get("special_tokens", {}).values()),
+            "rows": rows}
+
+
+def _tensors(tensors: dict) -> str:
+    return "; ".join(f"{n} {t['dtype']}{t['shape']}" for n, t in tensors.items())
 
 
 def optimal(points: list[dict]) -> list[bool]:
@@ -85,109 +229,99 @@ def optimal(points: list[dict]) -> list[bool]:
     return [not any(dominates(q, p) for q in points) for p in points]
 
 
-def _chart(points: list[dict], best: list[bool]) -> str:
-    xs = [p["latency_ms"] for p in points]
-    ys = [p["metric"] for p in points]
-    log = max(xs) / min(xs) > 20
-    xt = _log_ticks(min(xs), max(xs)) if log else _ticks(min(xs), max(xs))
-    yt = _ticks(min(ys), max(ys))
-    x0, x1 = (min(xt[0], min(xs)), max(xt[-1], max(xs)))
-    y0, y1 = (min(yt[0], min(ys)), max(yt[-1], max(ys)))
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+# ---------------------------------------------------------------------------------------------
+# Charts: matplotlib figures as inline SVG. Labels live in a legend beside the axes, never on the points,
+# so they cannot overlap whatever the numbers.
 
-    def sx(v):
-        f = (math.log10(v) - math.log10(x0)) / ((math.log10(x1) - math.log10(x0)) or 1) if log \
-            else (v - x0) / ((x1 - x0) or 1)
-        return LEFT + 15 + f * (plot_w - 30)
 
-    def sy(v):
-        return TOP + plot_h - 15 - (v - y0) / ((y1 - y0) or 1) * (plot_h - 30)
+def _svg(fig) -> str:
+    import matplotlib
 
+    buf = StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": "edgebert-report", "svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _figure(width: float, height: float):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise EdgebertError(f"report.html needs jinja2 and matplotlib ({e}): pip install 'edgebert[convert]'") from None
+    fig = Figure(figsize=(width, height), dpi=96)
+    return fig, fig.add_subplot()
+
+
+def _pareto_chart(points: list[dict], best: list[bool]) -> str:
+    from matplotlib.lines import Line2D
+
+    fig, ax = _figure(8.6, 4.6)
     formats = sorted({p["format"] for p in points})
-    colour = {f: PALETTE[i % len(PALETTE)] for i, f in enumerate(formats)}
+    marker = {f: MARKERS[i % len(MARKERS)] for i, f in enumerate(formats)}
     biggest = max(p["bytes"] for p in points)
-    svg = [(f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{HEIGHT}' "
-            f"viewBox='0 0 {WIDTH} {HEIGHT}' role='img' aria-label='accuracy against latency, bubble size = size'>"),
-           f"<rect x='{LEFT}' y='{TOP}' width='{plot_w}' height='{plot_h}' fill='#fafafa' stroke='#999'/>"]
-    for t in xt:
-        x = sx(t)
-        svg.append(f"<line x1='{x:.1f}' y1='{TOP}' x2='{x:.1f}' y2='{TOP + plot_h}' stroke='#e3e3e3'/>"
-                   f"<text x='{x:.1f}' y='{TOP + plot_h + 16}' text-anchor='middle'>{_num(t)}</text>")
-    for t in yt:
-        y = sy(t)
-        svg.append(f"<line x1='{LEFT}' y1='{y:.1f}' x2='{LEFT + plot_w}' y2='{y:.1f}' stroke='#e3e3e3'/>"
-                   f"<text x='{LEFT - 6}' y='{y + 4:.1f}' text-anchor='end'>{_num(t)}</text>")
-    svg.append(f"<text x='{LEFT + plot_w / 2:.1f}' y='{HEIGHT - 10}' text-anchor='middle'>latency p50 (ms"
-               f"{', log scale' if log else ''})</text><text transform='translate(16,{TOP + plot_h / 2:.1f}) "
-               f"rotate(-90)' text-anchor='middle'>{escape(points[0]['metric_name'])}</text>")
+    handles = []
+    for i, (p, ok) in enumerate(zip(points, best)):
+        colour = PALETTE[i % len(PALETTE)]
+        area = 40 + 500 * p["bytes"] / biggest
+        ax.scatter([p["latency_ms"]], [p["metric"]], s=area, marker=marker[p["format"]], color=colour,
+                   alpha=0.85 if ok else 0.35, edgecolors="black" if ok else colour, linewidths=1.5 if ok else 0.8,
+                   zorder=3)
+        handles.append(Line2D([], [], linestyle="", marker=marker[p["format"]], markersize=8, color=colour,
+                              markeredgecolor="black" if ok else colour,
+                              label=f"{p['stage']} · {p['format']}: {p['metric']:.2f}, {p['latency_ms']:.3g} ms, "
+                                    f"{_bytes(p['bytes'])}{' ★' if ok else ''}"))
     front = sorted((p for p, ok in zip(points, best) if ok), key=lambda p: (p["latency_ms"], -p["metric"]))
-    frontier, top = [], -math.inf
+    line, top = [], -math.inf
     for p in front:  # the 2-D frontier: each step right must buy accuracy
         if p["metric"] > top:
-            frontier.append(f"{sx(p['latency_ms']):.1f},{sy(p['metric']):.1f}")
+            line.append(p)
             top = p["metric"]
-    if len(frontier) > 1:
-        svg.append(f"<polyline points='{' '.join(frontier)}' fill='none' stroke='#555' stroke-dasharray='4 3'/>")
-    order = sorted(range(len(points)), key=lambda i: -points[i]["bytes"])  # small bubbles drawn on top
-    for i in order:
-        p, ok = points[i], best[i]
-        r = 4 + 18 * math.sqrt(p["bytes"] / biggest)
-        tip = f"{p['stage']} ({p['format']}): {p['latency_ms']:.3f} ms, {p['metric']:.2f}, {_bytes(p['bytes'])}"
-        x, y = sx(p["latency_ms"]), sy(p["metric"])
-        svg.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='{r:.1f}' "
-                   f"fill='{colour[p['format']]}' fill-opacity='{0.8 if ok else 0.25}' "
-                   f"stroke='{'#000' if ok else colour[p['format']]}' stroke-width='{1.5 if ok else 1}'>"
-                   f"<title>{escape(tip)}</title></circle>"
-                   f"<text x='{x + r + 3:.1f}' y='{y + 4:.1f}'>{escape(p['stage'])}</text>")
-    for i, f in enumerate(formats):
-        y = TOP + 14 + 20 * i
-        svg.append(f"<circle cx='{WIDTH - RIGHT + 24}' cy='{y}' r='6' fill='{colour[f]}'/>"
-                   f"<text x='{WIDTH - RIGHT + 36}' y='{y + 4}'>{escape(f)}</text>")
-    svg.append("</svg>")
-    return "\n".join(svg)
+    if len(line) > 1:
+        ax.plot([p["latency_ms"] for p in line], [p["metric"] for p in line], "--", color="#555", lw=1, zorder=2)
+    xs = [p["latency_ms"] for p in points]
+    if max(xs) / min(xs) > 20:
+        from matplotlib.ticker import FuncFormatter
+
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.1, 1, 10: not 10^-1
+    ax.margins(0.12)
+    ax.grid(True, color="#e3e3e3", zorder=0)
+    ax.set_xlabel("latency p50, batch 1 (ms)")
+    ax.set_ylabel(f"{points[0]['metric_name']} (points)")
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=9,
+              title="stage · format (★ Pareto-optimal)", title_fontsize=9, alignment="left")
+    return _svg(fig)
 
 
-def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    """Round tick values (steps of 1, 2 or 5 × 10^k) covering [lo, hi]."""
-    span = hi - lo or abs(hi) or 1.0
-    step = 10 ** math.floor(math.log10(span / n))
-    step *= next(m for m in (1, 2, 5, 10) if span / (step * m) <= n)
-    start = math.floor(lo / step) * step
-    return [round(start + i * step, 10) for i in range(math.ceil((hi - start) / step - 1e-9) + 1)]
+def _latency_chart(runs: dict[str, list[float]]) -> str:
+    fig, ax = _figure(8.6, 3.6)
+    for i, (name, ms) in enumerate(runs.items()):
+        a = np.sort(np.asarray(ms, dtype=np.float64))
+        y = np.arange(1, len(a) + 1) / len(a) * 100
+        p50, p90, p99 = np.percentile(a, [50, 90, 99])
+        ax.step(a, y, where="post", color=PALETTE[i % len(PALETTE)], lw=1.6,
+                label=f"{name}: p50 {p50:.3g}, p90 {p90:.3g}, p99 {p99:.3g} ms ({len(a)} runs)")
+    for q in (50, 90, 99):
+        ax.axhline(q, color="#bbb", lw=0.8, ls=":", zorder=0)
+    every = np.concatenate([np.asarray(ms, dtype=np.float64) for ms in runs.values()])
+    if every.max() / every.min() > 10:  # one stall would squash every curve into the left edge
+        from matplotlib.ticker import FuncFormatter
+
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylim(0, 101)
+    ax.set_yticks([0, 25, 50, 75, 90, 100])  # 99 is the dotted line below 100: a label there would collide
+    ax.grid(True, axis="x", color="#e3e3e3")
+    ax.set_xlabel(f"latency of one run, batch 1 (ms{', log scale' if ax.get_xscale() == 'log' else ''})")
+    ax.set_ylabel("runs at or below (%)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=9, title="file",
+              title_fontsize=9, alignment="left")
+    return _svg(fig)
 
 
-def _log_ticks(lo: float, hi: float) -> list[float]:
-    ticks = [m * 10 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1) for m in (1, 2, 5)]
-    inside = [t for t in ticks if lo <= t <= hi]
-    return [max(t for t in ticks if t <= lo), *inside, min(t for t in ticks if t >= hi)]
-
-
-def _contract(record: dict) -> str:
-    inputs = record.get("inputs", {})
-    tok = inputs.get("tokenizer", {})
-    special = ", ".join(f"{v['token']}={v['id']}" for v in tok.get("special_tokens", {}).values())
-    head = (f"<p>Inputs <code>{escape(', '.join(inputs.get('names', [])))}</code>, right-padded; "
-            f"text as <code>{escape(str(tok.get('single_template')))}</code>, pairs as "
-            f"<code>{escape(str(tok.get('pair_template')))}</code>; special tokens {escape(special)}. "
-            "The full contract is in manifest.json under <code>inputs</code>.</p>")
-    rows = []
-    for name, io in inputs.get("files", {}).items():
-        graphs = io["signatures"].items() if "signatures" in io else [("", io)]  # one graph, or one per length
-        for key, graph in graphs:
-            rows.append([name, io["format"], key, _tensors(graph["inputs"]), _tensors(graph["outputs"])])
-    return head + _table(["File", "Format", "Signature", "Inputs", "Outputs"], rows)
-
-
-def _tensors(tensors: dict) -> str:
-    return "; ".join(f"{n} {t['dtype']}{t['shape']}" for n, t in tensors.items())
-
-
-def _table(columns: list[str] | None, rows: list[list], numeric: set[int] = frozenset()) -> str:
-    """Cells are escaped; `columns` are trusted markup."""
-    head = "<tr>" + "".join(f"<th>{h}</th>" for h in columns) + "</tr>" if columns else ""
-    body = "".join("<tr>" + "".join(f"<td{' class=n' if i in numeric else ''}>{escape(str(v))}</td>"
-                                    for i, v in enumerate(row)) + "</tr>" for row in rows)
-    return f"<table>{head}{body}</table>"
+# ---------------------------------------------------------------------------------------------
+# Formatting (template filters).
 
 
 def _short(value) -> str:
@@ -195,18 +329,28 @@ def _short(value) -> str:
         return ""
     if isinstance(value, dict):
         return "; ".join(f"{k}={_short(v) if isinstance(v, (dict, list)) else _num(v)}" for k, v in value.items())
-    return json.dumps(value, separators=(",", ":"), default=str)
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    return str(value)
 
 
-def _num(v) -> str:
+def _num(v, digits: int = 4) -> str:
+    if v is None:
+        return "–"
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:.{digits}g}"
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000:
+        return f"{v:,}"
     return str(v)
+
+
+def _ms(v) -> str:
+    return "–" if v is None else f"{v:.3f}"
 
 
 def _bytes(n) -> str:
     if n is None:
-        return ""
+        return "–"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= size:
             return f"{n / size:.2f} {unit}"
@@ -215,5 +359,5 @@ def _bytes(n) -> str:
 
 def _flops(n) -> str:
     if n is None:
-        return ""
+        return "–"
     return f"{n / 1e9:.3f} G" if n >= 1e7 else f"{n / 1e6:.3f} M"

@@ -18,7 +18,7 @@ __all__ = ["Adb", "BenchError", "Job", "Local", "Qemu", "Ssh", "parse", "parse_b
 
 
 def parse(target: str, *, ssh_key=None, ssh_options=(), remote_python=None, remote_dir=None,
-          benchmark_model=None, signature=None, log=print):
+          benchmark_model=None, signature=None, op_profile=False, log=print):
     """A target object from its spelling: local, ssh://user@host[:port], adb[:serial], qemu-aarch64[:cpu]."""
     if target == "local":
         return Local()
@@ -26,7 +26,7 @@ def parse(target: str, *, ssh_key=None, ssh_options=(), remote_python=None, remo
         return Ssh(target[len("ssh://"):], ssh_key, list(ssh_options), remote_python, remote_dir)
     kind, _, arg = target.partition(":")
     if kind == "adb":
-        return Adb(arg or None, remote_python, benchmark_model, signature)
+        return Adb(arg or None, remote_python, benchmark_model, signature, op_profile)
     if kind == "qemu-aarch64":
         return Qemu(arg or None, log)
     raise BenchError(f"unknown target {target!r}: use local, ssh://user@host[:port], adb[:serial] "

@@ -16,10 +16,10 @@ class Adb(Remote):
     ROOT = "/data/local/tmp/edgebert"
 
     def __init__(self, serial: str | None = None, python: str | None = None, benchmark_model: str | None = None,
-                 signature: str | None = None):
+                 signature: str | None = None, op_profile: bool = False):
         super().__init__(f"adb:{serial}" if serial else "adb", python or "", self.ROOT)
         self.adb = ["adb", "-s", serial] if serial else ["adb"]
-        self.benchmark_model, self.signature = benchmark_model, signature
+        self.benchmark_model, self.signature, self.op_profile = benchmark_model, signature, op_profile
 
     def shell(self, command, what, timeout=None):
         return call([*self.adb, "shell", command], what, timeout)
@@ -53,17 +53,39 @@ class Adb(Remote):
         s = job.settings
         signature = self.signature or _signature(job)
         cmd = [tool, f"--graph={self.workdir}/{job.model.name}", f"--num_threads={s['threads']}",
-               f"--warmup_runs={s['warmup']}", f"--num_runs={s['runs']}",
-               f"--signature_to_run_for_benchmark={signature}",
-               "--input_layer_value_range=input_ids,1,99:attention_mask,1,1:token_type_ids,0,0"]
+               f"--warmup_runs={s['warmup']}", f"--num_runs={s['runs']}", f"--signature_to_run_for={signature}",
+               "--input_layer_value_range=input_ids,1,99:attention_mask,1,1:token_type_ids,0,0",
+               *_delegate_flags(s.get("delegate"), s.get("provider"), self.name)]
         if s.get("duration"):
             cmd += [f"--min_secs={s['duration']}", f"--max_secs={s['duration']}"]
+        if self.op_profile:
+            cmd.append("--enable_op_profiling=true")
         proc = self.shell(shlex.join(cmd), f"{self.name}: benchmark_model", job.limit)
-        result = parse_benchmark_model(proc.stdout + proc.stderr)
+        text = proc.stdout + proc.stderr
+        result = parse_benchmark_model(text)
+        if self.op_profile:
+            result["op_profile"] = parse_op_profile(text)
         result["model"] = {"file": job.model.name, "bytes": job.model.stat().st_size}
+        result["runtime"]["delegate"] = s.get("delegate") or "xnnpack"
         result["settings"] = {"threads": s["threads"], "warmup": s["warmup"], "signature": signature,
                               **result.get("settings", {})}
         return result
+
+
+# --delegate as benchmark_model flags; "cpu" is its built-in kernels without the default XNNPACK delegate.
+BENCHMARK_MODEL_DELEGATES = {"xnnpack": ["--use_xnnpack=true"], "cpu": ["--use_xnnpack=false"],
+                             "gpu": ["--use_gpu=true"], "nnapi": ["--use_nnapi=true"]}
+
+
+def _delegate_flags(delegate: str | None, provider: str | None, where: str) -> list[str]:
+    if provider:
+        raise BenchError(f"{where}: --provider is for onnxruntime; benchmark_model runs .tflite: pass --delegate")
+    if delegate is None:
+        return []
+    if delegate not in BENCHMARK_MODEL_DELEGATES:
+        raise BenchError(f"{where}: benchmark_model takes --delegate {', '.join(BENCHMARK_MODEL_DELEGATES)}, "
+                         f"not {delegate!r}")
+    return BENCHMARK_MODEL_DELEGATES[delegate]
 
 
 def _signature(job: Job) -> str:
@@ -80,6 +102,27 @@ def _signature(job: Job) -> str:
         raise BenchError(f"adb: {job.model.name} has no seq_<T> signatures: pass --signature KEY")
     want = job.settings.get("pad_to") or int(np.median(np.load(job.inputs)["lengths"]))
     return lengths[min((t for t in lengths if t >= want), default=max(lengths))]
+
+
+def parse_op_profile(text: str) -> dict:
+    """benchmark_model's "Summary by node type" table (--enable_op_profiling) as
+    {"ops": [{op, ms, share, calls_per_run}]}, slowest first, the shape the ONNX profile has."""
+    head = text.rfind("Summary by node type")  # the last: the regular runs, after the init profile
+    if head < 0:
+        raise BenchError("benchmark_model printed no 'Summary by node type' table: is --enable_op_profiling "
+                         "supported by this build?")
+    ops = []
+    for line in text[head:].splitlines()[2:]:
+        cells = line.split()
+        if cells and cells[0] == "INFO:":
+            cells = cells[1:]
+        if len(cells) < 7 or not cells[1].isdigit():
+            break
+        ops.append({"op": cells[0], "ms": float(cells[2]), "share": float(cells[3].rstrip("%")) / 100,
+                    "calls_per_run": float(cells[6])})
+    if not ops:
+        raise BenchError("benchmark_model's op profile table is empty: no op profile")
+    return {"ops": sorted(ops, key=lambda o: -o["ms"])}
 
 
 LATENCY_ONLY = ("benchmark_model times random inputs and measures latency only: no accuracy "

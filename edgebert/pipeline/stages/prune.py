@@ -1,4 +1,4 @@
-"""prune: remove heads, FFN neurons or layers by Taylor importance, recovering by distillation."""
+"""prune: remove heads, FFN neurons, hidden units (width) or layers by Taylor importance, recovering by distillation."""
 
 from edgebert.passes import PruneConfig, prune
 

@@ -1,0 +1,114 @@
+"""`edgebert` as a person and a CI script see it: a fast --help, --version, a compile whose screen
+holds only edgebert's own lines (the libraries' chatter in OUT/edgebert.log), `--json` on stdout,
+`--quiet`, and a resume of a finished output that changes nothing."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_compile import tiny_data, tiny_model  # noqa: F401  the tiny classifier and SST-2-shaped data
+
+RECIPE = """
+task = "sst2"
+model = "{model}"
+max_length = 16
+stages = ["finetune", "quantize", "export"]
+[finetune.train]
+steps = 4
+batch_size = 8
+[quantize]
+accuracy_budget = 50.0
+calibration_size = 8
+[export]
+formats = ["onnx", "tflite"]
+seq_lens = [16]
+"""
+
+
+def _edgebert(*argv, cwd=None):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "edgebert.cli", *map(str, argv)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)
+
+
+def test_help_is_fast_and_imports_no_torch():
+    code = ("import sys, time; t = time.perf_counter(); from edgebert.cli import parser; parser().format_help(); "
+            "print(time.perf_counter() - t, 'torch' in sys.modules)")
+    seconds, torch_loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                           check=True).stdout.split()
+    assert torch_loaded == "False" and float(seconds) < 0.5
+    t0 = time.perf_counter()
+    proc = _edgebert("--help")
+    assert proc.returncode == 0 and "compile" in proc.stdout and time.perf_counter() - t0 < 2.0  # with the interpreter
+    version = _edgebert("--version")
+    assert version.returncode == 0 and version.stdout.strip().startswith("edgebert 0.")
+
+
+def _snapshot(bundle):
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(bundle.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def compiled(tiny_model, tiny_data, tmp_path_factory):  # noqa: F811
+    root = tmp_path_factory.mktemp("cli")
+    (root / "recipe.toml").write_text(RECIPE.format(model=tiny_model))
+    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_data, "--json", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    return root, proc
+
+
+def test_compile_screen_holds_only_edgebert(compiled):
+    root, proc = compiled
+    summary = json.loads(proc.stdout)  # stdout is the JSON summary and nothing else
+    assert [s["stage"] for s in summary["stages"]] == ["finetune"]
+    assert {f["file"] for f in summary["files"]} == {"model.onnx", "model.tflite"}
+    assert all(f["p50_ms"] > 0 and 0 <= f["accuracy"] <= 100 for f in summary["files"])
+    assert "\r" not in proc.stderr  # no progress-bar frames off a terminal
+    for line in proc.stderr.splitlines():
+        assert line.startswith(("edgebert: ", "step ")), line
+    log = (root / "out" / "edgebert.log").read_text()
+    assert "XNNPACK delegate" in log and "absl" in log  # what the libraries said is kept, off the screen
+
+
+def test_resume_of_a_finished_output_changes_nothing(compiled, tiny_data):  # noqa: F811
+    root, _ = compiled
+    bundle = root / "out" / "bundle"
+    before = _snapshot(bundle)
+    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_data, "--resume", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert "bundle: up to date" in proc.stderr and "bench:" not in proc.stderr
+    assert _snapshot(bundle) == before  # every file, byte for byte, and its mtime
+
+    proc = _edgebert("--quiet", "compile", "recipe.toml", "--out", "out", "--data", tiny_data, "--resume",
+                     "--rebench", cwd=root)
+    assert proc.returncode == 0 and proc.stderr == ""  # --quiet: progress went to the log
+    assert "stage" in proc.stdout  # the summary table still
+    after = _snapshot(bundle)
+    assert after["model.onnx"][0] == before["model.onnx"][0]  # same files, fresh timings
+    old, new = (json.loads(s["manifest.json"][0])["bench_local"]["model.onnx"] for s in (before, after))
+    assert old["latency_ms"] != new["latency_ms"]
+    assert "edgebert: bench: model.onnx on local" in (root / "out" / "edgebert.log").read_text()
+
+
+def test_errors_stay_one_line_on_stderr(compiled, tiny_data):  # noqa: F811
+    root, _ = compiled
+    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_data, cwd=root)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1].startswith("edgebert: error: output folder")
+    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_data, "--resume", "--rebench",
+                     "--no-bench", cwd=root)
+    assert proc.returncode == 2 and "--rebench asks for fresh timings" in proc.stderr
+
+
+def test_inspect_says_which_delegates_could_take_a_tflite_file(tiny):
+    proc = _edgebert("inspect", tiny["int8"] / "model.tflite")
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
+    assert lines["integer-npu"].startswith("not whole: needs full-integer ops") and "hybrid: EMBEDDING_LOOKUP x6, FULLY_CONNECTED x6" in lines["integer-npu"]
+    assert json.loads(_edgebert("inspect", tiny["int8"] / "model.tflite", "--json").stdout)["ops"]["hybrid"] > 0
+    bad = _edgebert("inspect", tiny["bundle"] / "eval.npz.tflite")
+    assert bad.returncode == 2 and bad.stderr.startswith("edgebert: error: cannot read")
