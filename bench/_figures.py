@@ -170,7 +170,8 @@ def stage_costs(manifest: dict) -> dict:
     files = {}
     for name, b in manifest.get("bench_local", {}).items():
         v = manifest.get("verification", {}).get(name, {})
-        files[name] = {"p50_ms": b.get("latency_ms", {}).get("p50"), "accuracy": b.get("accuracy"),
+        task_metric = manifest.get("task", {}).get("metric", "accuracy")
+        files[name] = {"p50_ms": b.get("latency_ms", {}).get("p50"), "accuracy": b.get("metrics", {}).get(task_metric),
                        "bytes": manifest.get("files", {}).get(name, {}).get("bytes"),
                        "method": (v.get("meta") or {}).get("method"),
                        "agreement": (v.get("verify") or {}).get("agreement"),

@@ -122,7 +122,9 @@ def render(result: dict) -> str:
         lines.append(f"- harness warning: {w}")
     if result["failures"]:
         lines += ["", "## Failures", ""] + [f"- {f['what']}: {f['error']}" for f in result["failures"]]
-    lines.append("")
+    lines += ["", "Families (DeBERTa-v3, ModernBERT) next to a BERT of the same size, ORT fusions and latency: "
+              "[bench/results/families.md](bench/results/families.md) (written by `python bench/families.py`, "
+              "not by this renderer).", ""]
     return "\n".join(lines)
 
 

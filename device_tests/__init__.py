@@ -1,7 +1,8 @@
 """The on-device benchmark harness: copied to a phone or board and run there.
 
-It needs only numpy and one runtime (onnxruntime, ai-edge-litert or tflite-runtime), so it must
-never import torch, transformers or any edgebert package.
+It needs only numpy and one runtime (onnxruntime, ai-edge-litert or tflite-runtime), plus tokenizers
+for `run --text` alone (text.py imports it), so it must never import torch, transformers or any
+edgebert package.
 """
 
 __version__ = "1"

@@ -29,11 +29,20 @@ def _non_negative(text):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m device_tests", description="edgebert on-device benchmark harness")
+    p = argparse.ArgumentParser(prog="python -m device_tests", description="edgebert on-device benchmark harness. "
+                                "Needs numpy and one runtime (onnxruntime, ai-edge-litert or tflite-runtime); "
+                                "run --text also needs tokenizers. Nothing else: no torch, no edgebert.")
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="time a model and score it on the eval set; writes one JSON")
+    r = sub.add_parser("run", help="time a model and score it on the eval set (--inputs), or read raw text "
+                       "through it (--text); writes one JSON")
     r.add_argument("--model", required=True, help="model.onnx or model.tflite")
-    r.add_argument("--inputs", required=True, help="eval.npz from the exporter")
+    source = r.add_mutually_exclusive_group(required=True)
+    source.add_argument("--inputs", help="eval.npz from the exporter: time the model and score the task metric")
+    source.add_argument("--text", help="a UTF-8 file, one sentence or tab-separated pair a line: tokenize each with "
+                        "tokenizer.json (needs `pip install tokenizers`) and print labels with scores, entity spans "
+                        "with words and labels, a score, or a vector, one JSON line per input line")
+    r.add_argument("--tokenizer", help="--text: the tokenizer.json to use (default: the one beside the model)")
+    r.add_argument("--labels", help="--text: labels.txt naming the outputs (default: the one beside the model)")
     r.add_argument("--backend", choices=BACKENDS, help="default: onnxruntime for .onnx, ai-edge-litert for .tflite")
     r.add_argument("--provider", choices=PROVIDERS, help="onnxruntime execution provider, "
                    "CPU as fallback (default cpu); refused when this onnxruntime build lacks it")
@@ -80,12 +89,17 @@ def main(argv: list[str] | None = None) -> int:
             from . import harness
         except ImportError as e:
             raise HarnessError(f"the harness needs numpy ({e}): pip install numpy") from None
-        result = harness.run(args)
+        import json
+
+        result = harness.run_text(args) if args.text else harness.run(args)
         if args.json:
             harness.write(result, args.json)
-            print(_summary(result))
+            print(f"{len(result['lines'])} lines read through {result['model']['file']}" if args.text
+                  else _summary(result))
+        elif args.text:
+            for line in result["lines"]:
+                print(json.dumps(line, ensure_ascii=False))
         else:
-            import json
             print(json.dumps(result, indent=1))
     except HarnessError as e:
         print(f"device_tests: error: {e}", file=sys.stderr)

@@ -64,6 +64,11 @@ class EvalSet:
         if ids.min() < 0:
             raise HarnessError(f"eval set {path}: input_ids holds negative id {ids.min()}; token ids start at 0: "
                                "re-export the eval set")
+        mask = self.arrays.get("attention_mask")
+        empty = np.flatnonzero(~mask.any(axis=1)) if mask is not None else []
+        if len(empty):
+            raise HarnessError(f"eval set {path}: attention_mask row {empty[0]} is all zeros, so the model would "
+                               "answer from no token: re-export the eval set (every row needs its real tokens)")
         self.lengths = data["lengths"].astype(np.int64)
         if self.lengths.shape != (len(ids),) or self.lengths.min() < 1 or self.lengths.max() > ids.shape[1]:
             raise HarnessError(f"eval set {path}: lengths must be [N] with 1 <= length <= {ids.shape[1]}")
@@ -74,7 +79,16 @@ class EvalSet:
             if self.labels.shape != shape:
                 raise HarnessError(f"eval set {path}: labels has shape {self.labels.shape}, expected {list(shape)} "
                                    f"for a {self.task['kind']} task")
-        self.n = len(ids)
+        self.n, self.path = len(ids), path
+
+    def check_vocabulary(self, vocab_size: int, source: str) -> None:
+        """Refuse ids the model cannot embed: a runtime would crash on them or read another row."""
+        ids = self.arrays["input_ids"]
+        if ids.max() >= vocab_size:
+            row = int(np.argwhere(ids >= vocab_size)[0][0])
+            raise HarnessError(f"eval set {self.path}: example {row} holds id {ids[row].max()}, outside the "
+                               f"vocabulary of {vocab_size} tokens ({source}): re-export the eval set with "
+                               "the bundle's tokenizer")
 
     def batch(self, rows: list[int], length: int) -> dict[str, np.ndarray]:
         """Rows `rows` cut or zero-padded (pad id 0, mask 0) to `length` tokens."""

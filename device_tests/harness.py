@@ -124,6 +124,9 @@ def run(args) -> dict:
     if verified["manifest"]:
         manifest.verify(verified["manifest"], args.inputs, files.sha256(args.inputs))
     data = EvalSet(args.inputs)
+    vocab = manifest.vocab_size(verified["manifest"]) if verified["manifest"] else None
+    if vocab is not None:
+        data.check_vocabulary(vocab, f"the tokenizer in {verified['manifest']}")
     backend = args.backend or backends.default_backend(args.model)
 
     clock.phase = "loading the model"
@@ -192,6 +195,49 @@ def run(args) -> dict:
         result["warnings"].append("emulated run: timings are not device latency")
     result["complete"] = True
     return result
+
+
+def run_text(args) -> dict:
+    """`run --text FILE`: each line tokenized with the bundle's tokenizer.json and read back as labels,
+    entity spans, a score or a vector (device_tests.text), in line order."""
+    from . import text
+
+    clock = _Clock(args.timeout)
+    clock.phase = "checking files"
+    if not os.path.isfile(args.model):
+        raise HarnessError(f"--model {args.model} does not exist")
+    for flag, value in (("--pad-to", args.pad_to), ("--duration", args.duration), ("--logits", args.logits),
+                        ("--batch", args.batch != 1)):
+        if value:
+            raise HarnessError(f"{flag} times or scores the eval set and does not apply to --text: drop it")
+    lines = text.read_lines(args.text)
+    folder = os.path.dirname(os.path.abspath(args.model))
+    digest = files.sha256(args.model)
+    verified, unverified = manifest.check(args.model, digest, args.manifest)
+    if unverified:
+        print(f"device_tests: warning: {unverified}", file=sys.stderr, flush=True)
+    backend = args.backend or backends.default_backend(args.model)
+    clock.phase = "loading the model"
+    model = backends.load(args.model, backend, args.threads, provider=args.provider, delegate=args.delegate)
+    if model.batch_size not in (None, 1):
+        raise HarnessError(f"{args.model} has batch {model.batch_size} signatures; --text runs one line at a time")
+    tokenizer_path = args.tokenizer or os.path.join(folder, "tokenizer.json")
+    tokenizer = text.load_tokenizer(tokenizer_path, model.max_length)
+    labels = text.read_labels(args.labels or os.path.join(folder, "labels.txt"))
+    output = model.output if isinstance(model, backends.Onnx) else next(iter(model.signatures.values())).output
+    clock.phase = "the text"
+    results = []
+    for line, pair in lines:
+        encoding = tokenizer.encode(line, pair)
+        feeds = text.feeds(encoding)
+        results.append(text.read_out(model.run({n: feeds[n] for n in model.names}), output, encoding, line, pair,
+                                     labels))
+    clock.stop()
+    return {"harness": __version__, "complete": True,
+            "model": {"file": os.path.basename(args.model), "sha256": digest, **verified},
+            "runtime": {"backend": backend, "version": model.version, **model.accelerator},
+            "tokenizer": os.path.basename(tokenizer_path), "labels": labels, "output": output,
+            "lines": results, "warnings": [w for w in (unverified,) if w] + list(model.warnings)}
 
 
 def write(result: dict, path: str) -> None:

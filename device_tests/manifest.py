@@ -61,3 +61,13 @@ def check(model: str, digest: str, manifest: str | None) -> tuple[dict, str | No
         return record, (f"{name} is unverified: {found} does not list it and no listed file has its sha256, so "
                         "it is not a file of that bundle and its numbers are not the bundle's")
     return record, None
+
+
+def vocab_size(manifest: str) -> int | None:
+    """The ids the bundle's tokenizer makes run 0..vocab_size-1 (its input contract); None if not recorded."""
+    try:
+        with open(manifest) as f:
+            size = json.load(f)["inputs"]["tokenizer"]["vocab_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return int(size) if isinstance(size, int) and size > 0 else None

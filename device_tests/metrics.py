@@ -91,17 +91,6 @@ def entity_f1(
     return {"precision": precision, "recall": recall, "entity_f1": score}
 
 
-def pair_cosines(vectors) -> np.ndarray:
-    """Cosine similarity of rows 2i and 2i+1 of [2P, H] sentence vectors: an embedding eval set holds
-    each pair's two sentences as consecutive rows."""
-    v = np.asarray(vectors, dtype=np.float64)
-    if v.ndim != 2 or len(v) % 2:
-        raise ValueError(f"sentence vectors must be [2P, H] (pairs on consecutive rows), got shape {list(v.shape)}")
-    a, b = v[0::2], v[1::2]
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return (a * b).sum(1) / np.maximum(norms, 1e-12)
-
-
 def task_metrics(kind: str, predictions, labels, label_names: Sequence[str] = ()) -> dict[str, float]:
     """Every metric of a task kind, as fractions: the one definition stage records, export
     verification and the device harness share.
@@ -113,7 +102,7 @@ def task_metrics(kind: str, predictions, labels, label_names: Sequence[str] = ()
     more than two classes; regression Pearson and Spearman; token tasks entity-level F1."""
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     if kind == "embedding":  # sentence vectors [2P, H]; labels: each pair's score on both its rows
-        cosines, gold = pair_cosines(predictions), labels[0::2]
+        cosines, gold = cosine_pairs(predictions), labels[0::2]
         return {"cosine_spearman": spearman(cosines, gold), "cosine_pearson": pearson(cosines, gold)}
     if kind == "regression":
         return {"pearson": pearson(predictions, labels), "spearman": spearman(predictions, labels)}

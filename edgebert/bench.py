@@ -153,7 +153,7 @@ def table(runs: list[dict]) -> str:
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in runs:
         lat, mark = r["latency_ms"], "*" if r["emulated"] else ""
-        metric = next((f"{k} {r[k]:.4f}" for k in ("accuracy", "pearson") if k in r), "none")
+        metric = f"{r['metric']} {r[r['metric']]:.4f}" if r.get(r.get("metric")) is not None else "none"
         dev = r.get("device", {})
         device = f"{dev.get('architecture', '?')} {dev.get('cpu_model', '')}".strip()
         size = r["model"].get("bytes")

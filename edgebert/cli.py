@@ -64,8 +64,9 @@ def _compile(args: argparse.Namespace) -> None:
         raise EdgebertError("--quick picks the packaged quick recipe: pass either a RECIPE or --quick")
     source = Path(args.recipe) if args.recipe else RECIPES / ("sst2-minilm-quick.toml" if args.quick else "sst2-minilm.toml")
     recipe = recipes.load(source)
-    overrides = {name: getattr(args, name) for name in ("task", "model", "teacher", "on_bad_row") if getattr(args, name)}
-    recipe = replace(recipe, **overrides)
+    overrides = {name: getattr(args, name) for name in ("model", "teacher", "on_bad_row") if getattr(args, name)}
+    recipe = recipes.with_data(replace(recipe, **overrides), args.task, dev=args.dev_file, text=args.text_column,
+                               pair=args.pair_column, label=args.label_column, kind=args.kind)
     if args.stages:
         recipe = recipes.with_stages(recipe, args.stages.split(","))
     bundle = compile(recipe, args.out, data_dir=args.data, resume=args.resume, force=args.force,
@@ -92,7 +93,14 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--out", default="edgebert-out", help="output folder: stage cache and bundle/ (default %(default)s)")
     comp.add_argument("--quick", action="store_true", help="the packaged quick recipe: minutes, less accuracy")
     comp.add_argument("--data", help="data folder (default: $EDGEBERT_DATA, else ../shared/data)")
-    comp.add_argument("--task", help="override the recipe's task")
+    comp.add_argument("--task", help="override the recipe's task: sst2, mrpc, stsb, conll2003, or your own "
+                      ".csv/.tsv/.jsonl training file (the recipe's [data] train)")
+    comp.add_argument("--dev-file", help="your own dev file (default: [data] dev, else dev_fraction of train, seeded)")
+    comp.add_argument("--text-column", help="your files' text column ([data] text, default \"text\")")
+    comp.add_argument("--pair-column", help="your files' second-text column, for pair tasks ([data] pair)")
+    comp.add_argument("--label-column", help="your files' label column ([data] label, default \"label\")")
+    comp.add_argument("--kind", choices=("classification", "pair-classification", "regression"),
+                      help="your files' task kind ([data] kind; default: regression for scores like 3.8)")
     comp.add_argument("--model", help="override the recipe's start model")
     comp.add_argument("--teacher", help="start from this fine-tuned checkpoint (skips finetune)")
     comp.add_argument("--stages", help="override the recipe's stages, comma-separated")

@@ -5,7 +5,8 @@ LayerNorm, softmax, rotary and activations, which are a few percent of a BERT fo
 what the exported graph computes per sequence:
 - DeBERTa's c2p and p2c terms cost every token's scores against all 2·span rows of the relative table
   (as much as attending to 2·span extra keys). The table's own projections are not counted: they depend
-  on the weights only, and ONNX Runtime folds them into constants when it loads the file.
+  on the weights only; ONNX Runtime folds them into constants when it loads the file (PyTorch eager
+  recomputes them once per batch).
 - Sliding-window layers (ModernBERT) are counted at full T×T: the padded implementation computes every
   score and masks the far ones. `flops(..., windowed=True)` (inspect's `flops_windowed`) counts only the
   pairs inside each window, the cost of a kernel that skips the rest; no exported graph does that yet.

@@ -7,6 +7,8 @@ A fusion is kept only if the fused graph still matches the unfused one numerical
 
 from __future__ import annotations
 
+import errno
+import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -108,7 +110,7 @@ def trace(model: nn.Module, spec: InputSpec, config: OnnxExportConfig, out: Path
             torch.onnx.export(Positional(model, spec.names), args, str(out), input_names=list(spec.names),
                               output_names=[spec.output], dynamic_axes=axes, opset_version=config.opset,
                               dynamo=False, do_constant_folding=True)
-    except EdgebertError:
+    except (EdgebertError, OSError):  # an OSError is the disk's, not the op's: export_onnx names it
         raise
     except Exception as e:  # the exporter raises many types; the first line names the op
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -170,19 +172,32 @@ def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxE
 def export_onnx(model: nn.Module, config: OnnxExportConfig, spec: InputSpec, out: str | Path) -> dict:
     """Write `out` (atomically) and return its metadata."""
     out = Path(out)
-    with tempfile.TemporaryDirectory(prefix="edgebert-onnx-") as tmp, atomic_path(out) as dst:
-        raw = Path(tmp) / "raw.onnx"
-        trace(model, spec, config, raw)
-        if config.optimize == "fused":
-            info = _fuse(raw, dst, model, spec, config)
-        elif config.optimize == "basic":
-            _basic(raw, dst)
-            info = {"optimization": "basic"}
-        else:
-            dst.write_bytes(raw.read_bytes())
-            info = {"optimization": "none"}
+    try:
+        with tempfile.TemporaryDirectory(prefix="edgebert-onnx-") as tmp, atomic_path(out) as dst:
+            raw = Path(tmp) / "raw.onnx"
+            trace(model, spec, config, raw)
+            if config.optimize == "fused":
+                info = _fuse(raw, dst, model, spec, config)
+            elif config.optimize == "basic":
+                _basic(raw, dst)
+                info = {"optimization": "basic"}
+            else:
+                dst.write_bytes(raw.read_bytes())
+                info = {"optimization": "none"}
+    except Exception as e:  # a full disk reaches here as OSError, or as a truncated graph protobuf/ORT reject
+        if not _disk_full(e, out.parent):
+            raise
+        raise EdgebertError(f"disk full while writing {out} (or its temporary copy in {tempfile.gettempdir()}): "
+                            "free space, then export again; nothing was left behind") from None
     return {"format": "onnx", "opset": config.opset, "inputs": list(spec.names), "input_dtype": config.input_dtype,
             "outputs": [spec.output], "dynamic_axes": ["batch", "sequence"], **info}
+
+
+def _disk_full(e: Exception, folder: Path) -> bool:
+    """Whether `e` is (or, from a C++ writer that does not say so, follows) a full disk or file-size limit."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return True
+    return any(shutil.disk_usage(d).free < 1 << 20 for d in (folder, tempfile.gettempdir()) if Path(d).is_dir())
 
 
 def onnx_io(path: Path) -> dict:

@@ -2,8 +2,9 @@
 
 Every export and quantization ends here: the numbers land in `<file>.verify.json` (and the
 manifest), and a configured `Budget` turns a regression into an error instead of a shipped model.
-Metrics are fractions (accuracy 0.9014), computed by `edgebert.device_tests.metrics`, the copy
-the device harness uses; points appear only in messages.
+The metric is the task's (the eval set's `task` entry: accuracy, F1, Pearson, entity F1, cosine
+Spearman), as fractions, scored by `edgebert.device_tests.evalset.metric`, the code the device
+harness runs; points appear only in messages.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edgebert.device_tests import metrics
+from edgebert.device_tests import HarnessError, metrics
+from edgebert.device_tests.evalset import metric as task_metric
+from edgebert.device_tests.evalset import task_of
 from edgebert.device_tests.files import sidecar, write_json
 from edgebert.errors import EdgebertError
 
@@ -51,29 +54,45 @@ def _valid(arrays: dict, logits: np.ndarray) -> np.ndarray:
     return np.ones(len(logits), dtype=bool)
 
 
-def metric(arrays: dict, logits: np.ndarray) -> tuple[str, float] | None:
-    """The task metric as a fraction: accuracy (token accuracy for token tasks), Pearson for regression."""
-    labels = arrays.get("labels")
-    if labels is None:
+def _task(arrays: dict) -> dict | None:
+    try:
+        return task_of(arrays)
+    except HarnessError as e:
+        raise EdgebertError(str(e)) from None
+
+
+def metric(arrays: dict, logits: np.ndarray) -> tuple[str, dict] | None:
+    """(the task's primary metric name, every metric of the task) on `logits`; None without labels."""
+    task = _task(arrays)
+    if task is None or "labels" not in arrays:
         return None
-    if logits.shape[-1] == 1:
-        return "pearson", metrics.pearson(logits.reshape(-1), labels)
-    keep = _valid(arrays, logits) & (labels != -100)
-    return "accuracy", metrics.accuracy(logits.argmax(-1)[keep], labels[keep])
+    try:
+        return task["metric"], task_metric(logits, arrays["labels"], task)[0]
+    except HarnessError as e:
+        raise EdgebertError(str(e)) from None
 
 
 def compare(arrays: dict, got: np.ndarray, ref: np.ndarray) -> dict:
-    """max |diff|, argmax agreement and metric of `got` against the reference logits."""
+    """max |diff|, agreement and the task metric of `got` against the reference outputs.
+
+    Agreement: argmax agreement (classes, tags), Pearson of the scores (regression), mean cosine of
+    the vectors (embeddings)."""
     keep = _valid(arrays, ref)
     diff = float(np.abs(got - ref)[keep].max())
-    if ref.shape[-1] > 1:
+    task = _task(arrays)
+    if task is not None and task["kind"] == "embedding":  # rows interleaved got_i, ref_i: cosine of each pair
+        agreement = float(np.mean(metrics.cosine_pairs(np.stack([got, ref], 1).reshape(-1, got.shape[-1]))))
+    elif ref.shape[-1] > 1:
         agreement = metrics.accuracy(got.argmax(-1)[keep], ref.argmax(-1)[keep])
-    else:  # regression: agreement is meaningless, report the correlation instead
+    else:
         agreement = metrics.pearson(got[keep].reshape(-1), ref[keep].reshape(-1))
     result = {"examples": int(len(ref)), "max_abs_diff": diff, "agreement": agreement}
     m_got, m_ref = metric(arrays, got), metric(arrays, ref)
     if m_got is not None:
-        result.update(metric=m_got[0], value=m_got[1], reference_value=m_ref[1], metric_drop=m_ref[1] - m_got[1])
+        name = m_got[0]
+        value, reference = m_got[1].get(name), m_ref[1].get(name)
+        result.update(metric=name, value=value, reference_value=reference,
+                      metric_drop=None if value is None else reference - value, metrics=m_got[1])
     return result
 
 

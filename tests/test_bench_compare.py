@@ -164,11 +164,13 @@ def _synthetic(bench):
         {"name": "prune", "params": {"total": 13}, "bytes": 50, "flops": 5e8, "metrics": {"accuracy": 0.895}, "wall_s": 1}],
         "pareto": [{"stage": "distill", "format": "pytorch", "latency_ms": 8.0},
                    {"stage": "prune", "format": "pytorch", "latency_ms": 4.0}],
-        "bench_local": {"model.onnx": {"latency_ms": {"p50": 1.0}, "accuracy": 0.8945}}}
+        "bench_local": {"model.onnx": {"latency_ms": {"p50": 1.0}, "metric": "accuracy",
+                                      "metrics": {"accuracy": 0.8945}}}}
     result = bench.figures.summarize(args, settings, [1], mach, models, {"note": "a note"}, sets, accuracy, raw, gemm_raw,
                                {}, manifest, [], [{"repeat": r, "load_average": [0.3, 0.3, 0.3], "other_cores": 0.05 if r < 3 else 1.0, "noisy": r == 3}
                                 for r in range(4)], {})
     result["wall_s"] = 60.0
+    assert result["stages"]["files"]["model.onnx"]["accuracy"] == 0.8945  # the task metric of the local bench
     return result
 
 

@@ -73,7 +73,7 @@ def test_bundle_holds_everything_an_app_needs(inputs, tmp_path):
     assert [s["name"] for s in manifest["stages"]] == ["finetune", "quantize"]
     assert manifest["stages"][1]["flops"] is None and manifest["stages"][1]["wall_s"] is None
     assert {"python", "edgebert", "torch", "onnx"} <= set(manifest["versions"])
-    assert "mediapipe" not in manifest  # no model.tflite to derive it from
+    assert "no model.tflite" in manifest["mediapipe"]["skipped"]  # nothing to derive a MediaPipe file from
     assert read_bundle(out)["quantization"] == {"scheme": "dynamic-int8"}
 
 

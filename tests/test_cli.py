@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from test_compile import tiny_data, tiny_model  # noqa: F401  the tiny classifier and SST-2-shaped data
 
 RECIPE = """
 task = "sst2"
@@ -53,10 +52,10 @@ def _snapshot(bundle):
 
 
 @pytest.fixture(scope="module")
-def compiled(tiny_model, tiny_data, tmp_path_factory):  # noqa: F811
+def compiled(tiny_checkpoint, tiny_sst2, tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
-    (root / "recipe.toml").write_text(RECIPE.format(model=tiny_model))
-    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_data, "--json", cwd=root)
+    (root / "recipe.toml").write_text(RECIPE.format(model=tiny_checkpoint))
+    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_sst2, "--json", cwd=root)
     assert proc.returncode == 0, proc.stderr
     return root, proc
 
@@ -74,16 +73,16 @@ def test_compile_screen_holds_only_edgebert(compiled):
     assert "XNNPACK delegate" in log and "absl" in log  # what the libraries said is kept, off the screen
 
 
-def test_resume_of_a_finished_output_changes_nothing(compiled, tiny_data):  # noqa: F811
+def test_resume_of_a_finished_output_changes_nothing(compiled, tiny_sst2):
     root, _ = compiled
     bundle = root / "out" / "bundle"
     before = _snapshot(bundle)
-    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_data, "--resume", cwd=root)
+    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_sst2, "--resume", cwd=root)
     assert proc.returncode == 0, proc.stderr
     assert "bundle: up to date" in proc.stderr and "bench:" not in proc.stderr
     assert _snapshot(bundle) == before  # every file, byte for byte, and its mtime
 
-    proc = _edgebert("--quiet", "compile", "recipe.toml", "--out", "out", "--data", tiny_data, "--resume",
+    proc = _edgebert("--quiet", "compile", "recipe.toml", "--out", "out", "--data", tiny_sst2, "--resume",
                      "--rebench", cwd=root)
     assert proc.returncode == 0 and proc.stderr == ""  # --quiet: progress went to the log
     assert "stage" in proc.stdout  # the summary table still
@@ -94,12 +93,12 @@ def test_resume_of_a_finished_output_changes_nothing(compiled, tiny_data):  # no
     assert "edgebert: bench: model.onnx on local" in (root / "out" / "edgebert.log").read_text()
 
 
-def test_errors_stay_one_line_on_stderr(compiled, tiny_data):  # noqa: F811
+def test_errors_stay_one_line_on_stderr(compiled, tiny_sst2):
     root, _ = compiled
-    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_data, cwd=root)
+    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_sst2, cwd=root)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines()[-1].startswith("edgebert: error: output folder")
-    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_data, "--resume", "--rebench",
+    proc = _edgebert("compile", "recipe.toml", "--out", "out", "--data", tiny_sst2, "--resume", "--rebench",
                      "--no-bench", cwd=root)
     assert proc.returncode == 2 and "--rebench asks for fresh timings" in proc.stderr
 

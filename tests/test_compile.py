@@ -10,42 +10,10 @@ import torch
 
 from dataclasses import replace
 
-from edgebert import EdgebertError, EncoderConfig, HeadConfig, build, save
-from edgebert.checkpoint import default_checkpoint
+from edgebert import EdgebertError
 from edgebert.pipeline import compile as compiler
 from edgebert.pipeline import recipe as recipes
 from edgebert.pipeline.stages import STAGES
-
-WORDS = ["good", "great", "fun", "bad", "awful", "dull", "film", "plot", "the", "a", "very", "not"]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    """A 2-layer, 32-wide classifier with the real MiniLM WordPiece vocabulary."""
-    torch.manual_seed(0)
-    config = EncoderConfig(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                           max_positions=64)
-    folder = tmp_path_factory.mktemp("tiny") / "model"
-    save(build(config, HeadConfig(num_labels=2, labels=["negative", "positive"])), folder,
-         tokenizer_from=default_checkpoint())
-    return folder
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    """sst2/train.tsv and dev.tsv: sentences whose label follows their first word."""
-    root = tmp_path_factory.mktemp("data")
-    (root / "sst2").mkdir()
-    g = torch.Generator().manual_seed(0)
-    for split, n in (("train", 96), ("dev", 32)):
-        rows = ["sentence\tlabel"]
-        for _ in range(n):
-            idx = torch.randint(0, len(WORDS), (6,), generator=g).tolist()
-            label = int(idx[0] < 3)
-            rows.append(" ".join(WORDS[i] for i in idx) + f" \t{label}")
-        (root / "sst2" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
-    return root
-
 
 def _recipe(model, **top):
     text = f"""
@@ -80,9 +48,9 @@ def _hashes(bundle):
 
 
 @pytest.fixture(scope="module")
-def finished(tiny_model, tiny_data, tmp_path_factory):
+def finished(tiny_checkpoint, tiny_sst2, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "out"
-    bundle = compiler.compile(_recipe(tiny_model), out, data_dir=str(tiny_data))
+    bundle = compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2))
     return out, bundle
 
 
@@ -99,14 +67,14 @@ def test_bundle_holds_what_an_app_needs(finished):
     assert "distill" in compiler.summary(bundle)
 
 
-def test_float_files_agree_with_pytorch(tiny_model, tiny_data, tmp_path):
-    bundle = compiler.compile(_recipe(tiny_model, stages=["finetune", "export"]), tmp_path / "out",
-                              data_dir=str(tiny_data))
+def test_float_files_agree_with_pytorch(tiny_checkpoint, tiny_sst2, tmp_path):
+    bundle = compiler.compile(_recipe(tiny_checkpoint, stages=["finetune", "export"]), tmp_path / "out",
+                              data_dir=str(tiny_sst2))
     check = json.loads((bundle / "manifest.json").read_text())["verification"]["model.onnx"]["verify"]
     assert check["max_abs_diff"] < 1e-3 and check["agreement"] == 1.0 and check["metric_drop"] == 0
 
 
-def test_unchanged_rerun_does_no_work(finished, tiny_model, tiny_data, monkeypatch):
+def test_unchanged_rerun_does_no_work(finished, tiny_checkpoint, tiny_sst2, monkeypatch):
     out, bundle = finished
     before = _hashes(bundle)
 
@@ -115,11 +83,11 @@ def test_unchanged_rerun_does_no_work(finished, tiny_model, tiny_data, monkeypat
 
     for name in ("finetune", "distill", "quantize", "export"):
         monkeypatch.setitem(STAGES, name, replace(STAGES[name], run=refuse))
-    again = compiler.compile(_recipe(tiny_model), out, data_dir=str(tiny_data), resume=True)
+    again = compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2), resume=True)
     assert _hashes(again) == before
 
 
-def test_interrupted_stage_resumes_to_the_same_bundle(finished, tiny_model, tiny_data, tmp_path, monkeypatch):
+def test_interrupted_stage_resumes_to_the_same_bundle(finished, tiny_checkpoint, tiny_sst2, tmp_path, monkeypatch):
     """Ctrl-C in the middle of distillation (after a resumable save), then --resume."""
     _, reference = finished
     out = tmp_path / "out"
@@ -134,43 +102,43 @@ def test_interrupted_stage_resumes_to_the_same_bundle(finished, tiny_model, tiny
 
     monkeypatch.setattr(torch.optim.AdamW, "step", interrupt_mid_distill)
     with pytest.raises(KeyboardInterrupt):
-        compiler.compile(_recipe(tiny_model), out, data_dir=str(tiny_data))
+        compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2))
     monkeypatch.setattr(torch.optim.AdamW, "step", step)
     stages = sorted(p.name for p in (out / "stages").iterdir())
     assert len(stages) == 1 and stages[0].startswith("01-finetune")  # nothing half-written
     assert not (out / "bundle").exists()
-    resumed = compiler.compile(_recipe(tiny_model), out, data_dir=str(tiny_data), resume=True)
+    resumed = compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2), resume=True)
     assert _hashes(resumed) == _hashes(reference)
 
 
-def test_existing_output_is_refused(finished, tiny_model, tiny_data):
+def test_existing_output_is_refused(finished, tiny_checkpoint, tiny_sst2):
     out, _ = finished
     with pytest.raises(EdgebertError, match="exists: pass --resume to continue it or --force"):
-        compiler.compile(_recipe(tiny_model), out, data_dir=str(tiny_data))
+        compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2))
 
 
-def test_disk_full_leaves_nothing_half_written(tiny_model, tiny_data, tmp_path, monkeypatch):
+def test_disk_full_leaves_nothing_half_written(tiny_checkpoint, tiny_sst2, tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("edgebert.checkpoint.save_model", full)
     out = tmp_path / "out"
     with pytest.raises(EdgebertError, match="disk full"):
-        compiler.compile(_recipe(tiny_model, stages=["finetune", "export"]), out, data_dir=str(tiny_data))
+        compiler.compile(_recipe(tiny_checkpoint, stages=["finetune", "export"]), out, data_dir=str(tiny_sst2))
     assert not (out / "stages").exists() or not any((out / "stages").iterdir())
 
 
-def test_bad_inputs_are_one_line(tiny_model, tiny_data, tmp_path):
+def test_bad_inputs_are_one_line(tiny_checkpoint, tiny_sst2, tmp_path):
     with pytest.raises(EdgebertError, match="data folder .* not found; pass --data DIR"):
-        compiler.compile(_recipe(tiny_model), tmp_path / "o1", data_dir=str(tmp_path / "nowhere"))
+        compiler.compile(_recipe(tiny_checkpoint), tmp_path / "o1", data_dir=str(tmp_path / "nowhere"))
     broken = tmp_path / "broken"
     (broken / "sst2").mkdir(parents=True)
     (broken / "sst2" / "train.tsv").write_text("text\tscore\nhello\t1\n")
     (broken / "sst2" / "dev.tsv").write_text("text\tscore\nhello\t1\n")
     with pytest.raises(EdgebertError, match=r"train.tsv:1: header \['text', 'score'\] is not the sst2 layout"):
-        compiler.compile(_recipe(tiny_model), tmp_path / "o2", data_dir=str(broken))
+        compiler.compile(_recipe(tiny_checkpoint), tmp_path / "o2", data_dir=str(broken))
     with pytest.raises(EdgebertError, match="teacher .* is not a checkpoint folder"):
-        compiler.compile(_recipe(tiny_model, teacher=str(tmp_path)), tmp_path / "o3", data_dir=str(tiny_data))
+        compiler.compile(_recipe(tiny_checkpoint, teacher=str(tmp_path)), tmp_path / "o3", data_dir=str(tiny_sst2))
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import transformers as T
-from conftest import subword_tokenizer
+from builders import subword_tokenizer
 
 from edgebert.pipeline import compile as compiler
 from edgebert.pipeline import recipe as recipes

@@ -340,7 +340,9 @@ def test_pretokenize_eval_contract(tiny_tokenizer, tmp_path):
         "token_type_ids",
         "lengths",
         "labels",
+        "task",  # what the harness scores it by, without the manifest
     }
+    assert json.loads(str(saved["task"][0]))["kind"] == "pair-classification"
 
 
 def test_pretokenize_eval_regression_and_token_labels(tiny_tokenizer):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from edgebert.config import Config
 from edgebert.device_tests import metrics
+from edgebert.device_tests.evalset import task_entry
 from edgebert.export import Artifact, Budget, InputSpec, OnnxExportConfig, TFLiteExportConfig, export, formats, \
     load_arrays, torch_logits
 from edgebert.export.onnx import export_onnx, onnx_io
@@ -70,8 +71,10 @@ def test_token_classifier_logits_per_token(tmp_path):
     model = tiny(head=HeadConfig(kind="token-classification", num_labels=5))
     data = eval_arrays()
     data["labels"] = np.where(np.arange(20)[None] < data["lengths"][:, None], 1, -100)
+    data["task"] = task_entry("tiny-ner", "token-classification", "entity_f1", ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"])
     r = export(model, OnnxExportConfig(), out=tmp_path / "m.onnx", eval_data=data, budget=Budget(max_abs_diff=1e-4))
-    assert r.verification["metric"] == "accuracy"
+    assert r.verification["metric"] == "entity_f1"  # the task's metric, never token accuracy
+    assert set(r.verification["metrics"]) == {"entity_f1", "precision", "recall"}
     assert torch_logits(model, load_arrays(data), InputSpec()).shape == (24, 20, 5)
 
 

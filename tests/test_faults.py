@@ -6,6 +6,7 @@ the data are checked before `--out` is created, so a refused compile must leave 
 Subprocesses are used only where exit codes, resource limits or signals need them.
 """
 
+import json
 import os
 import pickle
 import re
@@ -13,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -302,6 +304,22 @@ def test_read_only_output_folder(fault_kit, capsys, tmp_path):
     assert code == 2 and "cannot write the output folder" in line
 
 
+@pytest.mark.parametrize("where", ["the-mount", "under-the-mount"])
+def test_read_only_file_system_as_root(where, fault_kit, capsys, tmp_path):
+    """Root ignores permission bits, so a read-only folder needs a read-only mount to be tested."""
+    mnt = tmp_path / "ro"
+    if not _tmpfs(mnt, "1m", read_only=True):
+        pytest.skip("needs root and mount to make a read-only tmpfs")
+    try:
+        out = mnt if where == "the-mount" else mnt / "o"
+        code, line = cli(capsys, "compile", fault_kit.recipe(), "--data", fault_kit.data, "--out", out, "--no-bench")
+        assert (code, line) == (2, f"edgebert: error: cannot write the output folder {out} (Read-only file system): "
+                                   "pass a writable --out"), line
+        assert list(mnt.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(mnt)])
+
+
 def test_not_enough_free_space_is_refused_before_writing(fault_kit, capsys, tmp_path, monkeypatch):
     from collections import namedtuple
 
@@ -312,6 +330,48 @@ def test_not_enough_free_space_is_refused_before_writing(fault_kit, capsys, tmp_
     code, line = cli(capsys, "compile", fault_kit.recipe(), "--data", fault_kit.data, "--out", tmp_path / "o", "--no-bench")
     assert code == 2 and line.startswith("edgebert: error: disk full: ") and "MB free" in line
     assert not any((tmp_path / "o").iterdir())
+
+
+MEMORY = [
+    ("distill", dict(stages='["finetune", "distill", "export"]',
+                     tables="[distill]\nlayers = 1\n[distill.train]\nbatch_size = 10000000\n"),
+     "GB available: lower distill.train.batch_size or max_length in the recipe"),
+    ("prune", dict(stages='["finetune", "prune", "export"]', tables="[prune]\nheads = 0.5\nbatch_size = 10000000\n"),
+     "GB available: lower prune.batch_size or max_length in the recipe"),
+]
+
+
+@pytest.mark.parametrize("case", MEMORY, ids=[c[0] for c in MEMORY])
+def test_a_stage_that_would_exhaust_memory_is_refused_before_any_work(case, fault_kit, capsys):
+    _, how, expect = case
+    compile_refused(capsys, fault_kit, fault_kit.recipe(**how), expect=expect)
+
+
+def test_memory_estimate_is_the_right_order_for_minilm():
+    """MiniLM-L6 (384 wide, 12 heads) trains at batch 32 × 128 tokens in 1-2 GB: the estimate must be that
+    order, or the guard would refuse runs that fit (or let through ones that do not)."""
+    from edgebert.model import EncoderConfig
+    from edgebert.pipeline.resources import training_memory
+
+    minilm = EncoderConfig(vocab_size=30522, hidden_size=384, num_layers=6, num_heads=12, intermediate_size=1536)
+    assert 0.8e9 < training_memory(minilm, 32, 128) < 3e9
+    assert training_memory(minilm, 64, 256) > 3 * training_memory(minilm, 32, 128)  # T² in attention
+
+
+def test_bundle_write_checks_free_space_first(tiny, fault_kit, tmp_path, monkeypatch):
+    from collections import namedtuple
+
+    from edgebert.pipeline import resources
+    from edgebert.pipeline.bundle import write_bundle
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(resources.shutil, "disk_usage", lambda path: usage(10**9, 10**9, 1000))
+    with pytest.raises(EdgebertError, match=r"^disk full: .* has 0 MB free and bundle .*bundle needs about .* MB; "
+                                            "free disk space or write it elsewhere$"):
+        write_bundle(tmp_path / "bundle", models={"model.onnx": tiny["bundle"] / "model.onnx"},
+                     tokenizer_dir=fault_kit.ckpt, labels=["negative", "positive"],
+                     eval_arrays=tiny["bundle"] / "eval.npz", manifest={})
+    assert list(tmp_path.iterdir()) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,7 +417,7 @@ def test_disk_full_oserror_is_one_line(fault_kit, capsys, monkeypatch, tmp_path)
 
 
 def _teacher_setup():
-    from conftest import tiny_data, tiny_model
+    from builders import tiny_data, tiny_model
 
     return tiny_model(num_layers=2).eval(), tiny_data(16)
 
@@ -396,7 +456,7 @@ _FULL = textwrap.dedent("""
     import resource, signal, sys
     sys.path.insert(0, {tests!r})
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails with EFBIG instead
-    from conftest import tiny_data, tiny_model
+    from builders import tiny_data, tiny_model
     from edgebert.errors import EdgebertError
     from edgebert.passes.teacher import TeacherCache
     model, items = tiny_model(num_layers=2).eval(), tiny_data(400)
@@ -420,11 +480,46 @@ def test_disk_full_teacher_cache_is_a_clear_error_with_nothing_half_written(tmp_
     assert list(cache.iterdir()) == []
 
 
-def _tmpfs(path: Path, size: str) -> bool:
+_FULL_ONNX = textwrap.dedent("""
+    import resource, signal, sys
+    sys.path.insert(0, {tests!r})
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    from builders import tiny_model
+    from edgebert.errors import EdgebertError
+    from edgebert.export import OnnxExportConfig, export
+    model = tiny_model(num_layers=2).eval()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))  # the graph is about 85 kB
+    try:
+        export(model, OnnxExportConfig(optimize=sys.argv[2]), out=sys.argv[1])
+    except EdgebertError as e:
+        print(e)
+        sys.exit(2)
+""")
+
+
+@pytest.mark.parametrize("optimize", ["none", "fused"])
+def test_disk_full_onnx_export_is_a_clear_error_with_nothing_half_written(optimize, tmp_path):
+    """It was an InvalidProtobuf traceback (a truncated graph read back), or under a file-size limit a
+    misleading "replace the unsupported op"."""
+    script = tmp_path / "full.py"
+    script.write_text(_FULL_ONNX.format(tests=str(REPO / "tests")))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "tmp").mkdir()
+    out = tmp_path / "out" / "model.onnx"
+    run = subprocess.run([sys.executable, str(script), str(out), optimize], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path / "tmp")})
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert run.stdout.strip().startswith(f"disk full while writing {out} (or its temporary copy in "), run.stdout
+    assert "nothing was left behind" in run.stdout and "Traceback" not in run.stderr
+    assert list((tmp_path / "out").iterdir()) == [] and list((tmp_path / "tmp").iterdir()) == []
+
+
+def _tmpfs(path: Path, size: str, read_only: bool = False) -> bool:
     path.mkdir()
     if os.geteuid() != 0 or not shutil.which("mount"):
         return False
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+    options = f"ro,size={size}" if read_only else f"size={size}"
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
                           capture_output=True).returncode == 0
 
 
@@ -588,6 +683,8 @@ DEVICE = [
     ("mask-batch-1", dict(attention_mask=np.ones((1, 8), np.int32)), "expected an int array shaped like input_ids"),
     ("float-ids", dict(input_ids=np.ones((4, 8), np.float32)), "expected an int array shaped like input_ids"),
     ("negative-ids", dict(input_ids=-np.ones((4, 8), np.int32)), "input_ids holds negative id -1"),
+    ("mask-row-all-zero", dict(attention_mask=np.array([[1] * 8, [1] * 8, [0] * 8, [1] * 8], np.int32)),
+     "attention_mask row 2 is all zeros"),
     ("lengths-zero", dict(lengths=np.zeros(4, np.int32)), "lengths must be [N] with 1 <= length <= 8"),
     ("lengths-long", dict(lengths=np.full(4, 9, np.int32)), "lengths must be [N] with 1 <= length <= 8"),
     ("labels-shape", dict(labels=np.array([0, 1])), "labels has shape (2,), expected [4]"),
@@ -645,12 +742,77 @@ def test_device_cli_faults(tiny, tmp_path):
     assert code == 2 and line.startswith("device_tests: error:"), line
     code, line = _device("run", "--model", model, "--inputs", _eval(tmp_path, labels=np.array([0, 1, 7, 1])))
     assert code == 2 and line.startswith("device_tests: error:") and "Traceback" not in line, line
-    oov = np.load(tiny["bundle"] / "eval.npz")
-    oov = {k: oov[k] for k in oov.files}
-    oov["input_ids"] = oov["input_ids"] + 10**6
+
+
+def test_device_run_refuses_out_of_vocabulary_ids(tiny, tmp_path):
+    """Before, the runtime's own error ended it (exit 1 and a log); the manifest's input contract holds the
+    tokenizer's vocabulary size, so the harness names the id and the example before loading the model."""
+    from tiny_models import VOCAB, write_manifest
+
+    bundle = _folder(tmp_path / "bundle")
+    shutil.copy(tiny["bundle"] / "model.onnx", bundle)
+    write_manifest(bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["inputs"] = {"tokenizer": {"vocab_size": VOCAB}}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    oov = dict(np.load(tiny["bundle"] / "eval.npz"))
+    oov["input_ids"][3, 1] = VOCAB
     np.savez(tmp_path / "oov.npz", **oov)
-    code, line = _device("run", "--model", model, "--inputs", tmp_path / "oov.npz")
-    assert code in (1, 2) and line.startswith("device_tests: ") and "Traceback" not in line, line
+    code, line = _device("run", "--model", bundle / "model.onnx", "--inputs", tmp_path / "oov.npz",
+                         "--json", tmp_path / "r.json")
+    assert code == 2 and line.startswith("device_tests: error: eval set ") and \
+        f"example 3 holds id {VOCAB}, outside the vocabulary of {VOCAB} tokens" in line, line
+    assert not (tmp_path / "r.json").exists() and leftovers(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The model's own forward: inputs it would broadcast, index out of range or answer from nothing
+
+
+FORWARD = [
+    ("mask-batch-1", dict(attention_mask=np.ones((1, 8))), "attention_mask has shape (1, 8) but input_ids (2, 8)"),
+    ("mask-shorter", dict(attention_mask=np.ones((2, 6))), "attention_mask has shape (2, 6) but input_ids (2, 8)"),
+    ("types-batch-1", dict(token_type_ids=np.zeros((1, 8))), "token_type_ids has shape (1, 8) but input_ids (2, 8)"),
+    ("mask-row-all-zero", dict(attention_mask=np.array([[1] * 8, [0] * 8])), "attention_mask row 1 is all zeros"),
+    ("ids-out-of-vocabulary", dict(input_ids=np.full((2, 8), 25)), "id 25, outside the model's vocabulary 0..24"),
+    ("ids-negative", dict(input_ids=np.full((2, 8), -1)), "id -1, outside the model's vocabulary"),
+    ("ids-1d", dict(input_ids=np.ones(8)), "input_ids has shape (8,): pass a [batch, tokens] tensor"),
+]
+
+
+@pytest.mark.parametrize("case", FORWARD, ids=[c[0] for c in FORWARD])
+@pytest.mark.parametrize("kind", ["encoder", "classifier"])
+def test_forward_refuses_inputs_it_would_misread(case, kind, fault_kit):
+    """An ids batch of 2 with a mask batch of 1 was broadcast, an all-zero mask gave confident logits."""
+    import torch
+
+    from edgebert import checkpoint
+    from edgebert.model import encoder_of
+
+    _, changes, expect = case
+    model = checkpoint.load(fault_kit.ckpt).eval()
+    model = encoder_of(model) if kind == "encoder" else model
+    feeds = {"input_ids": np.ones((2, 8)), "attention_mask": np.ones((2, 8)), "token_type_ids": np.zeros((2, 8)),
+             **changes}
+    with torch.no_grad(), pytest.raises(EdgebertError, match=re.escape(expect)) as e:
+        model(**{k: torch.from_numpy(v.astype(np.int64)) for k, v in feeds.items()})
+    assert "\n" not in str(e.value) and ": " in str(e.value)
+
+
+def test_forward_checks_stay_out_of_the_traced_graph(fault_kit):
+    """The checks run eagerly only: a trace records no data-dependent branch, so the exported graph
+    (ONNX, TFLite) has dynamic shapes and no guard ops."""
+    import torch
+
+    from edgebert import checkpoint
+
+    model = checkpoint.load(fault_kit.ckpt).eval()
+    ids, mask = torch.ones(2, 8, dtype=torch.long), torch.ones(2, 8, dtype=torch.long)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on Python values
+        traced = torch.jit.trace(model, (ids, mask), check_trace=False)
+    kinds = {n.kind() for n in traced.inlined_graph.nodes()}
+    assert not kinds & {"prim::If", "prim::RaiseException", "aten::nonzero", "aten::all"}, kinds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -700,3 +862,30 @@ def test_bench_cli_of_a_flipped_bundle(tiny, tmp_path, capsys):
     _flip(bundle)
     code, line = cli(capsys, "bench", bundle, "--format", "onnx", "--runs", "2", "--warmup", "1")
     assert code == 2 and line.startswith("edgebert: error:") and "sha256" in line, line
+
+
+# ---------------------------------------------------------------------------------------------
+# Data the model cannot read: the majority-class baseline beside every accuracy, the [UNK] rate recorded
+
+
+def test_a_model_near_the_majority_baseline_is_warned_and_reported(fault_kit, capfd, tmp_path):
+    """23 of 24 eval examples are negative: a one-step finetune cannot beat "always negative" by 2 points.
+    The warning is loud (on screen), and the manifest, the summary and report.html carry the baseline."""
+    dev = "sentence\tlabel\n" + "".join(f"bad film {i}\t0\n" for i in range(23)) + "good film\t1\n"
+    data = fault_kit.data_with(dev=dev.encode())
+    out = tmp_path / "o"
+    code = main([str(a) for a in ("compile", fault_kit.recipe(), "--data", data, "--out", out, "--no-bench")])
+    captured = capfd.readouterr()  # warnings go to the screen's file descriptor, past the CLI's log
+    assert code == 0, captured.err[-2000:]
+    warned = [line for line in captured.err.splitlines() if line.startswith("edgebert: warning: finetune: accuracy")]
+    assert warned and "does not beat the majority-class baseline 95.83 (always 'negative') by 2 points" in warned[0], \
+        captured.err[-2000:]
+    manifest = json.loads((out / "bundle" / "manifest.json").read_text())
+    assert manifest["data"]["majority_baseline"] == {"accuracy": round(23 / 24, 6), "label": "negative"}
+    assert set(manifest["data"]["unk_rate"]) == {"train", "eval"}
+    assert manifest["data"]["unk_rate"]["eval"] > 0.05  # "film" and the numbers are not in the tiny vocabulary
+    assert "majority-class baseline: accuracy 95.83 (always 'negative')" in captured.out
+    assert "<- not 2 points above the majority-class baseline" in captured.out
+    report = (out / "bundle" / "report.html").read_text()
+    assert "Majority-class baseline" in report and "near the majority-class baseline" in report
+    assert leftovers(out) == []

@@ -15,7 +15,7 @@ from edgebert.export import OnnxExportConfig, export
 from edgebert.pipeline.bundle import write_bundle
 from edgebert.quantize import DynamicInt8Config, quantize
 
-from conftest import sentences
+from builders import sentences
 
 LABELS = ["negative", "positive"]
 MAX_LENGTH = 24  # below the tokenizer's 32 positions: the tokenizer files must say the bundle's length

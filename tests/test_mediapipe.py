@@ -174,3 +174,61 @@ def test_min_parser_version_follows_the_schema_rules():
                             options=md.RegexTokenizerOptionsT())
     meta.subgraphMetadata[0].inputProcessUnits = [regex]
     assert min_parser_version(meta) == "1.2.1"
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory, tokenizer):
+    """model.tflite (seq_16) of a tiny regressor, token classifier and sentence embedder, each in a folder
+    with the MiniLM tokenizer, as a bundle holds them."""
+    from edgebert.tokenizer import save
+
+    config = EncoderConfig(vocab_size=30522, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
+                           max_positions=16)
+    kinds = {"regression": HeadConfig(num_labels=1, labels=["score"]),
+             "token-classification": HeadConfig(kind="token-classification", num_labels=3, labels=list("OBI"),
+                                                pooler=None),
+             "embedding": HeadConfig(kind="embedding", pooling="mean", normalize=True)}
+    folders = {}
+    for kind, head in kinds.items():
+        torch.manual_seed(0)
+        folder = folders[kind] = tmp_path_factory.mktemp(kind)
+        export(build(config, head).eval(), TFLiteExportConfig(seq_lens=(16,)), out=folder / "model.tflite")
+        save(tokenizer, folder, max_length=16)
+    return folders
+
+
+def test_each_task_gets_its_mediapipe_file_or_a_one_line_reason(heads, bundle, tmp_path):
+    from edgebert.export.mediapipe import for_bundle
+
+    for kind, reason in (("regression", "not a regression score"), ("token-classification", "no token-classification"),
+                         (None, "no token-classification")):
+        folder = heads["token-classification" if kind is None else kind]
+        skipped = for_bundle(folder, labels=[], kind=kind)["skipped"]  # kind=None: read off the [1, T, 3] output
+        assert reason in skipped and "\n" not in skipped
+    assert "takes one text, not a pair" in for_bundle(bundle, labels=LABELS, kind="pair-classification")["skipped"]
+    assert "no model.tflite" in for_bundle(tmp_path, labels=LABELS)["skipped"]
+    with pytest.raises(EdgebertError, match="not a regression score"):
+        for_bundle(heads["regression"], labels=[], kind="regression", required=True)
+
+    written = for_bundle(heads["embedding"], labels=[])  # read off the output named `embeddings`
+    assert written["file"] == "embedder.tflite" and written["task"] == "TextEmbedder" and written["dimensions"] == 16
+    with zipfile.ZipFile(heads["embedding"] / "embedder.tflite") as zf:
+        assert zf.namelist() == ["vocab.txt"]  # no label file: TextEmbedder has no categories
+
+
+def test_text_embedder_agrees_with_litert(heads, tokenizer, sentences):
+    from mediapipe.tasks.python.core.base_options import BaseOptions
+    from mediapipe.tasks.python.text import text_embedder
+
+    from edgebert.export.mediapipe import add_embedder_metadata
+
+    folder = heads["embedding"]
+    add_embedder_metadata(folder / "model.tflite", folder / "again.tflite", tokenizer_dir=folder)
+    options = text_embedder.TextEmbedderOptions(base_options=BaseOptions(model_asset_path=str(folder / "again.tflite")))
+    with text_embedder.TextEmbedder.create_from_options(options) as embedder:
+        mp = np.array([embedder.embed(s).embeddings[0].embedding for s in sentences])
+    litert = Artifact(folder / "model.tflite").run(_encode(tokenizer, sentences, 16))
+    np.testing.assert_allclose(mp, litert, rtol=1e-4, atol=1e-4)  # MediaPipe tokenizes as Hugging Face does
+    np.testing.assert_allclose(np.linalg.norm(mp, axis=1), 1.0, atol=1e-5)
+    with pytest.raises(EdgebertError, match="needs the class labels"):
+        add_metadata(folder / "model.tflite", folder / "c.tflite", tokenizer_dir=folder, labels=[])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import transformers as T
-from conftest import subword_tokenizer, tiny_config, tiny_data
+from builders import subword_tokenizer, tiny_config, tiny_data
 
 from edgebert import EdgebertError, HeadConfig, build, load, save_hf
 from edgebert.checkpoint import save

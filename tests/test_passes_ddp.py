@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import torch
-from conftest import tiny_data, tiny_model
+from builders import tiny_data, tiny_model
 
 from edgebert.data import TaskData
 from edgebert.passes import DistillConfig, FinetuneConfig, TrainConfig, distill, finetune

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 import torch
-from conftest import batch_of, roundtrip, sentences, tiny_config, tiny_data, tiny_model
+from builders import batch_of, roundtrip, sentences, tiny_config, tiny_data, tiny_model
 
 from edgebert.data import TaskData
 from edgebert.errors import EdgebertError

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import roundtrip, sentences, tiny_model
+from builders import roundtrip, sentences, tiny_model
 
 from edgebert.data import TaskData
 from edgebert.errors import EdgebertError

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import batch_of, roundtrip, tiny_data, tiny_model
+from builders import batch_of, roundtrip, tiny_data, tiny_model
 
 from edgebert.data import TaskData
 from edgebert.errors import EdgebertError

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 import torch
-from conftest import batch_of, roundtrip, tiny_data, tiny_model
+from builders import batch_of, roundtrip, tiny_data, tiny_model
 
 from edgebert.data import TaskData
 from edgebert.errors import EdgebertError
@@ -140,7 +140,7 @@ DEBERTA = dict(position="none", relative_terms=["c2p", "p2c"], relative_buckets=
 
 
 def test_sharing_and_factorizing_a_model_without_a_position_table(tmp_path):
-    model, items = tiny_model(**DEBERTA).eval(), tiny_data(6)
+    model = tiny_model(**DEBERTA).eval()
     record = share(model, ShareConfig(group_size=2, embedding_size=16, recovery=None), None).record
     layers = model.encoder.encoder.layer
     assert layers[0].attention is layers[1].attention and model.config.embedding_size == 16

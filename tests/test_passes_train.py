@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import roundtrip, tiny_data, tiny_model
+from builders import roundtrip, tiny_data, tiny_model
 
 from edgebert.errors import EdgebertError
 from edgebert.data import TaskData

@@ -14,7 +14,7 @@ from edgebert.quantize import (DynamicInt8Config, Int8EmbeddingsConfig, MixedPre
 from edgebert.quantize.config import KINDS
 from edgebert.quantize.onnx_ptq import classify
 
-from conftest import QUANT_VOCAB as VOCAB
+from builders import QUANT_VOCAB as VOCAB
 
 
 @pytest.fixture(scope="module")

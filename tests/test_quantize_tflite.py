@@ -8,7 +8,7 @@ from edgebert.export import Artifact, Budget, TFLiteExportConfig, export, format
 from edgebert.quantize import (DynamicInt8Config, Int8EmbeddingsConfig, MixedPrecisionConfig, QATConfig,
                                StaticInt8Config, quantize)
 
-from conftest import QUANT_VOCAB as VOCAB
+from builders import QUANT_VOCAB as VOCAB
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ def bundle(tmp_path_factory, tiny_classifier, tiny_tokenizer, tiny_arrays):
                                      SimpleNamespace(files=files), LABELS)
     points = [{"stage": s["name"], "format": "pytorch", "metric": s["metrics"]["accuracy"] * 100,
                "latency_ms": 1.0 + i, "bytes": s["bytes"], "metric_name": "accuracy"} for i, s in enumerate(STAGES)]
-    points += [{"stage": "bundle", "format": name, "metric": m["accuracy"] * 100, "latency_ms": m["latency_ms"]["p50"],
+    points += [{"stage": "bundle", "format": name, "metric": m["metrics"]["accuracy"] * 100, "latency_ms": m["latency_ms"]["p50"],
                 "bytes": files[name].stat().st_size, "metric_name": "accuracy"} for name, m in measured.items()]
     manifest = {"task": {"name": "sst2", "kind": "classification", "metric": "accuracy"}, "stages": STAGES,
                 "verification": {name: {"stage": stage, "meta": a.meta, "verify": a.verification}
@@ -186,7 +186,9 @@ def test_report_bytes_depend_only_on_the_record(bundle):
 def test_regression_errors_are_residuals():
     errors = error_breakdown([1.0, 2.5, 4.0], np.array([1.5, 2.5, 3.0], np.float32), [])
     assert errors["kind"] == "residuals" and errors["mae"] == pytest.approx(0.5) and sum(errors["histogram"]["counts"]) == 3
-    assert error_breakdown([[0, 1]], np.array([[0, 1]]), LABELS) is None  # token tasks: no breakdown
+    # token tasks: the harness's tags of the labeled first pieces against the gold ones (-100 skipped)
+    tags = error_breakdown([[1, 1], [0]], np.array([[-100, 0, 1], [0, -100, -100]]), LABELS)
+    assert tags == {"kind": "confusion", "labels": LABELS, "matrix": [[1, 1], [0, 1]]}
     assert "MAE" in render({"bench_local": {"m.onnx": {"errors": errors}}}, [])
 
 

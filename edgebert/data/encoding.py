@@ -23,7 +23,8 @@ def encode_split(split: Split, tokenizer, max_length: int) -> tuple[list, list, 
         labels = [float(e.label) for e in examples for _ in (0, 1)]
         return encoded.input_ids, encoded.token_type_ids, labels, encoded.truncated
     if task.kind != "token-classification":
-        pairs = [e.text_pair for e in examples] if task.kind != "classification" else None
+        paired = task.kind == "pair-classification" or any(e.text_pair is not None for e in examples)
+        pairs = [e.text_pair for e in examples] if paired else None  # regression: one sentence or two
         encoded = encode(
             tokenizer, [e.text for e in examples], pairs, max_length=max_length, source=source
         )

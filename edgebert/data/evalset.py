@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..device_tests.evalset import task_entry
 from .encoding import encode_split, pad
 from .readers import load_task
 from .tasks import IGNORE, Split, Task, get_task
@@ -25,7 +26,8 @@ def pretokenize_eval(
     input_ids / attention_mask / token_type_ids: int32 [N, max_length], right-padded with the pad
     id; lengths: int32 [N]; labels: int64 [N], float32 [N] for regression, int64 [N, T] with -100
     for token tasks; for an embedding task rows 2i and 2i+1 are pair i's sentences, each labeled with
-    its float32 score.
+    its float32 score. task: the task's name, kind, metric and label names (device_tests.evalset.task_entry),
+    so the harness scores the set without the manifest.
     """
     if isinstance(task, Split):
         data = task
@@ -45,6 +47,7 @@ def pretokenize_eval(
         "token_type_ids": pad(token_type_ids, max_length, tokenizer.pad_token_type_id, np.int32),
         "lengths": lengths,
         "labels": label_array,
+        "task": task_entry(data.task.name, kind, data.task.metric, data.task.labels),
     }
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)

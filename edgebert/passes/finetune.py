@@ -37,9 +37,12 @@ class TaskObjective(Objective):
         return task_loss(self.model, logits, batch["labels"])
 
 
-def check_task_model(model: nn.Module, verb: str) -> None:
-    if not isinstance(model, TaskModel) or isinstance(model, MaskedLM) or model.head.kind == "embedding":
-        raise EdgebertError(f"{verb} needs a classifier or token classifier, got {type(model).__name__}: "
+def check_task_model(model: nn.Module, verb: str, *, embedders: bool = False) -> None:
+    """Refuse what `verb` cannot work on; `embedders`: sentence embedders too (they need no labels)."""
+    if not isinstance(model, TaskModel) or isinstance(model, MaskedLM) \
+            or (model.head.kind == "embedding" and not embedders):
+        what = "a classifier, token classifier or embedder" if embedders else "a classifier or token classifier"
+        raise EdgebertError(f"{verb} needs {what}, got {type(model).__name__}: "
                             "load one with a sequence- or token-classification head")
 
 

@@ -28,13 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .. import checkpoint
 from ..config import Config
 from ..data import BucketBatchSampler, TaskData
 from ..errors import EdgebertError
-from ..model import EncoderConfig, blocks, encoder_of, hidden_parts
+from ..model import Embedder, EncoderConfig, blocks, encoder_of, hidden_parts
 from ..stats import flops
 from .distill import DistillConfig, distill
 from .finetune import check_task_model, task_loss
@@ -91,8 +92,11 @@ def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_
     """First-order Taylor importance of every head, FFN neuron and layer over a data sample.
 
     The loss is the task loss on the data's labels, or on the model's own predictions when the
-    data has none."""
-    check_task_model(model, "prune")
+    data has none. An Embedder has no labels: its loss is r·e for a random unit direction r per
+    sentence, whose gradient's square is, in expectation over r, how far the unit moves the vector e."""
+    check_task_model(model, "prune", embedders=True)
+    embedder = isinstance(model, Embedder)
+    directions = torch.Generator().manual_seed(seed)
     c = encoder_of(model).config
     layers = blocks(model)
     was_training = model.training
@@ -101,7 +105,7 @@ def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_
     neurons = [torch.zeros(c.ffn(i)) for i in range(c.num_layers)]
     layer_scores = torch.zeros(c.num_layers)
     hidden = torch.zeros(c.hidden_size)
-    parts = hidden_parts(model)
+    parts = [] if embedder else hidden_parts(model)  # an embedder's width is its vectors': never pruned
 
     def gate(i: int):
         """Layer i as x + ξ·(f(x) − x): dL/dξ at ξ=1 is Σ grad ⊙ (f(x) − x)."""
@@ -120,12 +124,16 @@ def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_
             model.zero_grad(set_to_none=True)
             logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
             labels = batch.get("labels")
-            if labels is None:
-                if model.head.num_labels == 1:
-                    raise EdgebertError("pruning a regression model needs labeled data to score importance")
-                labels = logits.detach().argmax(-1).masked_fill(batch["attention_mask"] == 0, -100) \
-                    if logits.dim() == 3 else logits.detach().argmax(-1)
-            task_loss(model, logits, labels).backward()
+            if embedder:
+                loss = (logits * F.normalize(torch.randn(logits.shape, generator=directions), dim=-1)).sum()
+            else:
+                if labels is None:
+                    if model.head.num_labels == 1:
+                        raise EdgebertError("pruning a regression model needs labeled data to score importance")
+                    labels = logits.detach().argmax(-1).masked_fill(batch["attention_mask"] == 0, -100) \
+                        if logits.dim() == 3 else logits.detach().argmax(-1)
+                loss = task_loss(model, logits, labels)
+            loss.backward()
             for i, b in enumerate(layers):
                 d = c.head_size
                 w = b.attention_out.weight
@@ -212,7 +220,7 @@ def budget_fraction(model: nn.Module, config: PruneConfig) -> float:
         narrow = c.hidden_size - round(config.width * c.hidden_size)
         fixed = round(fixed * narrow / c.hidden_size)
         c = dataclasses.replace(c, hidden_size=narrow, norm_width=c.norm_width or c.hidden_size)
-    labels = model.head.num_labels
+    labels = 0 if isinstance(model, Embedder) else model.head.num_labels
 
     def cost(fraction: float) -> int:
         s = _shape_after(c, heads, ffn, fraction, config.per_layer)
@@ -269,7 +277,7 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
     if config.recovery is not None and config.recovery.makes_student:
         raise EdgebertError("PruneConfig.recovery distils the pruned model itself: leave its layers/keep_layers/"
                             "heads/ffn unset")
-    check_task_model(model, "prune")
+    check_task_model(model, "prune", embedders=True)
     check_unshared(model, "prune")
     seed_all(config.seed)
     teacher = teacher if teacher is not None else copy.deepcopy(model).eval()

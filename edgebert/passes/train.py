@@ -102,7 +102,8 @@ class Result:
 def measure(name: str, model: nn.Module, *, metrics: dict | None = None, wall_s: float = 0.0, steps: int = 0,
             details: dict | None = None) -> Record:
     """A Record of `model` as it is now."""
-    labels = model.head.num_labels if isinstance(model, TaskModel) and model.head.kind != "masked-lm" else 0
+    labels = model.head.num_labels if isinstance(model, TaskModel) and model.head.kind not in ("masked-lm",
+                                                                                              "embedding") else 0
     c = model.config
     return Record(name, params(model)["total"], nbytes(model), flops(c, min(128, c.max_length), labels),
                   dict(metrics or {}), round(wall_s, 2), steps, dict(details or {}))
@@ -130,6 +131,8 @@ def task_of(model: nn.Module, dataset: Sequence) -> Task:
     if task is not None:
         return task
     head = model.head
+    if head.kind == "embedding":
+        return Task("custom", "embedding", (), "cosine_spearman")
     if head.kind == "token-classification":
         return Task("custom", "token-classification", tuple(head.labels or map(str, range(head.num_labels))),
                     "entity_f1")
@@ -160,9 +163,10 @@ def task_evaluator(model: nn.Module, dataset: Sequence | None) -> tuple[Callable
     """(evaluator, primary metric) for a labeled eval set, or (None, None) without one."""
     if dataset is None:
         return None, None
-    if not isinstance(model, TaskModel) or model.head.kind not in ("sequence-classification", "token-classification"):
+    if not isinstance(model, TaskModel) or model.head.kind not in ("sequence-classification", "token-classification",
+                                                                   "embedding"):
         raise EdgebertError(f"eval data is scored with a task metric, which a {type(model).__name__} has none of: "
-                            "pass eval data only for classifiers and token classifiers")
+                            "pass eval data only for classifiers, token classifiers and embedders")
     return (lambda m: evaluate(m, dataset)), task_of(model, dataset).metric
 
 
@@ -171,7 +175,9 @@ def evaluate(model: TaskModel, dataset: Sequence, *, batch_size: int = 64) -> di
     task = task_of(model, dataset)
     outputs = predict(model, dataset, batch_size=batch_size)
     labels = [dataset[i]["labels"] for i in range(len(dataset))]
-    if task.kind == "regression":
+    if task.kind == "embedding":  # sentence vectors; rows 2i and 2i+1 are a scored pair
+        predictions = torch.stack(outputs).numpy()
+    elif task.kind == "regression":
         predictions = [float(o.reshape(-1)[0]) for o in outputs]
     elif task.kind == "token-classification":
         width = max(len(l) for l in labels)

@@ -22,14 +22,18 @@ from pathlib import Path
 
 import numpy as np
 
+from edgebert.device_tests.evalset import TASK
 from edgebert.device_tests.files import atomic_dir, sha256
 from edgebert.device_tests.versions import versions
 from edgebert.errors import EdgebertError
 from edgebert.export import formats, load_arrays
 
+from .resources import check_disk
+from edgebert.export.mediapipe import CLASSIFIER, EMBEDDER
+
 FORMAT_VERSION = 1
 MANIFEST, LABELS, EVAL, REPORT = "manifest.json", "labels.txt", "eval.npz", "report.html"
-MEDIAPIPE = "classifier.tflite"
+MEDIAPIPE = (CLASSIFIER, EMBEDDER)  # MediaPipe's TextClassifier and TextEmbedder files, cut from model.tflite
 HF_CONFIG = "config.json"  # the model's Hugging Face config: Optimum and transformers.pipeline load the bundle
 # Keys write_bundle computes; a caller's manifest may carry anything else (task, quantization, stages...).
 COMPUTED = ("format", "format_version", "labels", "inputs", "eval", "mediapipe", "hf", "pareto", "files",
@@ -50,8 +54,9 @@ def write_bundle(out: str | Path, *, models: dict[str, str | Path], tokenizer_di
 
     models: {bundle file name: source}, names ending .onnx/.tflite. max_length: the input contract's
     limit (default: the longest TFLite signature, else the tokenizer's positions). mediapipe: also
-    write classifier.tflite (model.tflite's longest signature + MediaPipe metadata) — None = when the
-    model and tokenizer allow it (else the manifest says why not), True = required, False = never.
+    write classifier.tflite (a text classifier) or embedder.tflite (a sentence embedder): model.tflite's
+    longest signature + MediaPipe metadata — None = when the model, task and tokenizer allow it (else
+    the manifest's `mediapipe.skipped` says why not), True = required, False = never.
     report_points: Pareto-chart points {stage, format, latency_ms, metric (in points), bytes[, metric_name]}.
     source_model: the PyTorch checkpoint the files were exported from; its Hugging Face config.json goes
     into the bundle, so Optimum's ORTModel and transformers' pipeline run model.onnx (the manifest's `hf`
@@ -68,9 +73,12 @@ def write_bundle(out: str | Path, *, models: dict[str, str | Path], tokenizer_di
     extra = _check_manifest(manifest)
     points = _check_points(report_points or [])
     tokenizer_dir = Path(tokenizer_dir)
-    if mediapipe and ("model.tflite" not in sources or not labels):
-        raise EdgebertError("mediapipe=True needs a models entry 'model.tflite' and the class labels "
-                            "to derive classifier.tflite from")
+    if mediapipe and "model.tflite" not in sources:
+        raise EdgebertError("mediapipe=True needs a models entry 'model.tflite' to derive the MediaPipe file from")
+    need = (sum(p.stat().st_size for p in sources.values()) + sum(a.nbytes for a in arrays.values())
+            + (sources["model.tflite"].stat().st_size if "model.tflite" in sources and mediapipe is not False else 0)
+            + sum(p.stat().st_size for p in tokenizer_dir.glob("*") if p.is_file()))  # + classifier.tflite
+    check_disk(out.parent, need, f"bundle {out}", "free disk space or write it elsewhere")
     try:
         with atomic_dir(out, replace=True) as tmp:  # an old bundle is swapped out only once the new one is whole
             _fill(tmp, sources, tokenizer_dir, labels, arrays, extra, points, max_length, mediapipe, source_model)
@@ -102,7 +110,7 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
         raise EdgebertError(f"eval set has examples of {int(arrays['lengths'].max())} tokens, over max_length "
                             f"{max_length}: tokenize it with max_length={max_length}")
     written = {p.name for p in save(tokenizer, tmp, max_length=max_length)}
-    clash = sorted(written & (set(sources) | {MANIFEST, LABELS, EVAL, REPORT, MEDIAPIPE, HF_CONFIG}))
+    clash = sorted(written & (set(sources) | {MANIFEST, LABELS, EVAL, REPORT, *MEDIAPIPE, HF_CONFIG}))
     if clash:
         raise EdgebertError(f"tokenizer file names {clash} clash with bundle files: rename the models")
     for name in sources:  # which files give the same outputs however far an input is padded
@@ -117,10 +125,10 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
                          "tokenizer_files": sorted(written), "files": files},
               "eval": {"file": EVAL, "examples": len(arrays["lengths"]), "length": int(arrays["input_ids"].shape[1]),
                        "columns": list(columns)}}
-    if mediapipe is not False and "model.tflite" in sources and labels:
-        record["mediapipe"] = _mediapipe(tmp, labels, required=bool(mediapipe))
+    if mediapipe is not False:
+        record["mediapipe"] = _mediapipe(tmp, labels, extra.get("task"), required=bool(mediapipe))
         if "file" in record["mediapipe"]:
-            files[MEDIAPIPE] = _model_io(tmp / MEDIAPIPE)
+            files[record["mediapipe"]["file"]] = _model_io(tmp / record["mediapipe"]["file"])
     if source_model is not None:
         record["hf"] = _hf_config(tmp, source_model)
     record["pareto"] = points
@@ -132,16 +140,13 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
     _permissions(tmp)
 
 
-def _mediapipe(tmp: Path, labels: list[str], required: bool) -> dict:
-    """classifier.tflite for MediaPipe's TextClassifier; when not required, a refusal becomes the reason."""
-    from edgebert.export.mediapipe import add_metadata
+def _mediapipe(tmp: Path, labels: list[str], task, required: bool) -> dict:
+    """The MediaPipe file (export.mediapipe.for_bundle) for the manifest's task; when not required, a
+    refusal becomes the reason."""
+    from edgebert.export.mediapipe import for_bundle
 
-    try:
-        return add_metadata(tmp / "model.tflite", tmp / MEDIAPIPE, tokenizer_dir=tmp, labels=labels)
-    except EdgebertError as e:
-        if required:
-            raise
-        return {"skipped": str(e)}
+    kind = task.get("kind") if isinstance(task, dict) else None
+    return for_bundle(tmp, labels=labels, kind=kind, required=required)
 
 
 def _hf_config(tmp: Path, source_model: str | Path) -> dict:
@@ -202,7 +207,7 @@ def _check_models(models: dict) -> dict[str, Path]:
     if not isinstance(models, dict) or not models:
         raise EdgebertError("models must be a non-empty dict {bundle file name: path}, e.g. {'model.tflite': path}")
     sources = {}
-    reserved = (MANIFEST, LABELS, EVAL, REPORT, MEDIAPIPE)
+    reserved = (MANIFEST, LABELS, EVAL, REPORT, *MEDIAPIPE)
     suffixes = tuple(f.suffix for f in formats.all_formats())
     for name, src in models.items():
         if not isinstance(name, str) or Path(name).name != name or not name.endswith(suffixes) or name in reserved:
@@ -311,11 +316,14 @@ def _write_npz(path: Path, columns: dict[str, np.ndarray]) -> None:
 
 
 def _eval_columns(arrays: dict) -> dict[str, np.ndarray]:
-    """The columns and dtypes the device harness reads (int labels int64, regression scores float32)."""
+    """The columns and dtypes the device harness reads (int labels int64, regression scores float32),
+    and the `task` entry that tells it how to score them."""
     columns = {k: arrays[k].astype(np.int32) for k in ("input_ids", "attention_mask", "token_type_ids", "lengths")}
     if "labels" in arrays:
         labels = arrays["labels"]
         columns["labels"] = labels.astype(np.float32 if labels.dtype.kind == "f" else np.int64)
+    if TASK in arrays:
+        columns[TASK] = np.asarray(arrays[TASK]).astype(str)
     return columns
 
 

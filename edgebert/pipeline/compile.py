@@ -15,6 +15,7 @@ import json
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -23,10 +24,12 @@ import torch
 
 from edgebert.device_tests.files import atomic_dir, sha256
 
-from .. import checkpoint, data
+from .. import checkpoint
 from ..errors import EdgebertError
 from .context import Context, State, context, data_fingerprint, log, start_model
 from .recipe import Recipe
+from .report import BASELINE_MARGIN, near_baseline
+from .resources import check_disk
 from .stages import STAGES
 
 
@@ -48,10 +51,7 @@ def _prepare_out(out: Path, *, resume: bool, force: bool, need: int = 0) -> None
             pass
     except OSError as e:
         raise EdgebertError(f"cannot write the output folder {out} ({e.strerror}): pass a writable --out") from None
-    free = shutil.disk_usage(out).free
-    if free < need:
-        raise EdgebertError(f"disk full: {out} has {free / 1e6:.0f} MB free and the compile needs about "
-                            f"{need / 1e6:.0f} MB; free space or pass another --out")
+    check_disk(out, need, "the compile", "free space or pass another --out")
 
 
 def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, resume: bool = False,
@@ -100,6 +100,7 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
                     raise
                 raise EdgebertError(f"disk full while writing stage {name} under {out}: free space, then "
                                     "re-run with --resume") from None
+            _warn_near_baseline(record, ctx.sources.get("majority_baseline"))  # once: the summary marks it after
         record = json.loads((dest / "record.json").read_text())
         if (dest / "model").is_dir():
             state.model = dest / "model"
@@ -115,6 +116,15 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
         log("bundle: up to date, nothing to do (--rebench for fresh timings)")
         return out / "bundle"
     return build_bundle(ctx, state, stages, out / "bundle", bench=bench, build=build)
+
+
+def _warn_near_baseline(record: dict, baseline: dict | None) -> None:
+    accuracy = (record.get("metrics") or {}).get("accuracy")
+    if near_baseline(accuracy, baseline):
+        warnings.warn(f"{record['name']}: accuracy {_points(accuracy):.2f} does not beat the majority-class baseline "
+                      f"{_points(baseline['accuracy']):.2f} (always {baseline['label']!r}) by "
+                      f"{BASELINE_MARGIN * 100:.0f} points, so the model learned little: check the labels, train "
+                      "longer (train.steps) or give it more data", stacklevel=2)
 
 
 def _current(bundle: Path, build: str) -> bool:
@@ -162,6 +172,7 @@ def _bench_files(ctx: Context, state: State, labels: list[str]) -> dict[str, dic
     """The harness, locally, on each model file: latency (each run), load time, peak RSS, on-device
     metric and error breakdown; for an ONNX file also ORT's op-level profile (a separate, untimed pass)."""
     from edgebert.device_tests.evalset import EvalSet
+    from edgebert.device_tests.metrics import NAMES
     from edgebert.device_tests.profile import profile_onnx
 
     from ..bench import bench
@@ -174,7 +185,7 @@ def _bench_files(ctx: Context, state: State, labels: list[str]) -> dict[str, dic
     for name, path in sorted(state.files.items()):
         run = bench(path, inputs=eval_file, target="local", threads=1, warmup=5, runs=50, log=log)["runs"][0]
         results[name] = {"latency_ms": run["latency_ms"], "latency_runs_ms": run["latency_runs_ms"],
-                         "accuracy": run.get("accuracy"), "pearson": run.get("pearson"),
+                         "metric": run.get("metric"), "metrics": {k: run[k] for k in NAMES if k in run},
                          "peak_rss_mb": run["peak_rss_mb"], "load_ms": run["load_ms"],
                          "first_inference_ms": run["first_inference_ms"], "threads": run["settings"]["threads"],
                          "device": run["device"], "runtime": run["runtime"],
@@ -206,7 +217,7 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
                  build: str | None = None) -> Path:
     from .bundle import write_bundle
 
-    task = data.get_task(ctx.recipe.task)
+    task = ctx.task
     manifest_stages, points = [], []
     made_by = {}  # file -> the stage that wrote it (export copies what quantize wrote)
     for record in stages:
@@ -226,13 +237,14 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
     labels = list(task.labels) if task.kind != "regression" else []
     measured = _bench_files(ctx, state, labels) if bench else {}
     for name, m in measured.items():
-        if m["accuracy"] is not None:
-            points.append({"stage": "bundle", "format": name, "metric": _points(m["accuracy"]),
+        if m["metrics"].get(task.metric) is not None:
+            points.append({"stage": "bundle", "format": name, "metric": _points(m["metrics"][task.metric]),
                            "latency_ms": m["latency_ms"]["p50"], "bytes": state.files[name].stat().st_size,
-                           "metric_name": "accuracy"})
+                           "metric_name": task.metric})
     q = ctx.recipe.stage("quantize")
     manifest = {
         "task": {"name": task.name, "kind": task.kind, "metric": task.metric},
+        "data": ctx.sources,
         "recipe": {"stages": ctx.recipe.stages, "model": ctx.recipe.model, "teacher": ctx.recipe.teacher,
                    "max_length": ctx.recipe.max_length},
         "quantization": asdict(q) if "quantize" in ctx.recipe.stages else None,
@@ -262,7 +274,13 @@ def summary_data(bundle: Path) -> dict:
                       "max_abs_diff": check.get("max_abs_diff"), "agreement": check.get("agreement"),
                       metric: _points(check.get("value")),
                       "p50_ms": manifest["bench_local"].get(name, {}).get("latency_ms", {}).get("p50")})
-    return {"bundle": str(bundle), "metric": metric, "stages": stages, "files": files}
+    data = manifest.get("data") or {}
+    baseline = data.get("majority_baseline")
+    for s, m in zip(stages, manifest["stages"]):
+        s["near_baseline"] = near_baseline(m["metrics"].get("accuracy"), baseline)
+    return {"bundle": str(bundle), "metric": metric, "stages": stages, "files": files,
+            "majority_baseline": {**baseline, "accuracy": _points(baseline["accuracy"])} if baseline else None,
+            "unk_rate": data.get("unk_rate")}
 
 
 def summary(bundle: Path) -> str:
@@ -276,7 +294,14 @@ def summary(bundle: Path) -> str:
     lines = [f"{'stage':<10} {'params':>12} {'MB':>8} {'GFLOPs@128':>11} {metric:>10} {'wall s':>8}"]
     for s in data["stages"]:
         lines.append(f"{s['stage']:<10} {s['params']:>12,} {s['bytes'] / 1e6:>8.1f} {s['flops_128'] / 1e9:>11.2f} "
-                     f"{num(s[metric], '.2f'):>10} {s['wall_s']:>8.0f}")
+                     f"{num(s[metric], '.2f'):>10} {s['wall_s']:>8.0f}"
+                     + (f"  <- not {BASELINE_MARGIN * 100:.0f} points above the majority-class baseline"
+                        if s["near_baseline"] else ""))
+    if data["majority_baseline"]:
+        b = data["majority_baseline"]
+        lines.append(f"majority-class baseline: accuracy {b['accuracy']:.2f} (always {b['label']!r})")
+    if data["unk_rate"]:
+        lines.append("[UNK] tokens: " + ", ".join(f"{v:.1%} of {k}" for k, v in data["unk_rate"].items()))
     lines.append("")
     lines.append(f"{'file':<20} {'MB':>8} {'max|diff|':>10} {'agree':>7} {'metric':>8} {'p50 ms':>8}")
     for f in data["files"]:

@@ -4,26 +4,32 @@ position between stages (State)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import sys
 import warnings
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
+
+from edgebert.device_tests.files import sha256
 
 from .. import checkpoint, data, tokenizer as tokenization
 from ..errors import EdgebertError
 from ..checkpoint import TOKENIZER_FILES
 from ..model import HeadConfig, TaskModel, encoder_of, with_head
+from .resources import check_memory
 
 
 @dataclass
 class Context:
-    """What the stages read: the recipe, the tokenized data, and where to work."""
+    """What the stages read: the recipe, the task (registered, or inferred from the user's files), the
+    tokenized data, what the manifest records of the data, and where to work."""
 
     recipe: object  # pipeline.recipe.Recipe
+    task: data.Task
+    sources: dict  # the data read: each file's path, sha256 and rows; how a carved dev split was made
     out: Path
     tokenizer_dir: Path
     data: data.TaskData  # train and eval splits, and the tokenizer, as every pass takes them
@@ -57,7 +63,31 @@ def start_model(recipe) -> Path:
     return path
 
 
-def _head_for(task: data.Task) -> HeadConfig:
+def embedding_head(folder: Path) -> HeadConfig:
+    """The sentence-embedding head a checkpoint folder declares the way sentence-transformers saves it
+    (1_Pooling/config.json: mean or [CLS] pooling; a Normalize module in modules.json: L2-normalised);
+    mean pooling, normalised, where it declares none (what most sentence-transformers models use)."""
+    modules = folder / "modules.json"
+    pooling = next(folder.glob("*_Pooling/config.json"), None)
+    if pooling is None:
+        return HeadConfig(kind="embedding", pooling="mean", normalize=True)
+    try:
+        modes = {k for k, v in json.loads(pooling.read_text()).items() if k.startswith("pooling_mode_") and v}
+        normalize = modules.is_file() and any(str(m.get("type", "")).endswith(".Normalize")
+                                              for m in json.loads(modules.read_text()))
+    except (ValueError, AttributeError) as e:
+        raise EdgebertError(f"{pooling} or {modules} is not sentence-transformers JSON ({e}): fix or remove "
+                            "the file") from None
+    known = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+    if len(modes) != 1 or not modes <= set(known):
+        raise EdgebertError(f"{pooling} pools by {sorted(modes)}; edgebert embeds with exactly one of "
+                            f"{sorted(known)}: set one of them to true")
+    return HeadConfig(kind="embedding", pooling=known[modes.pop()], normalize=normalize)
+
+
+def _head_for(task: data.Task, path: Path) -> HeadConfig:
+    if task.kind == "embedding":
+        return embedding_head(path)
     if task.kind == "token-classification":
         return HeadConfig(kind="token-classification", num_labels=len(task.labels), labels=list(task.labels),
                           pooler=None)
@@ -69,7 +99,7 @@ def _head_for(task: data.Task) -> HeadConfig:
 def task_model(path: Path, task: data.Task) -> TaskModel:
     """The checkpoint as a model for `task`: its own head if it fits, else a fresh one."""
     model = checkpoint.load(path)
-    head = _head_for(task)
+    head = _head_for(task, path)
     if isinstance(model, TaskModel) and model.head.kind == head.kind and model.head.num_labels == head.num_labels:
         return model
     return with_head(model, head)
@@ -84,10 +114,24 @@ def _limited(split: data.Split, limit: int, seed: int) -> data.Split:
     return replace(split, examples=[split.examples[i] for i in sorted(order[:limit])])
 
 
+def _splits(recipe, data_dir: str | None) -> tuple[data.Split, data.Split, dict]:
+    """The train and eval splits (one task) and what the manifest records of the data they came from."""
+    if recipe.data is not None:
+        return data.load_data(recipe.data, seed=recipe.seed, on_bad_row=recipe.on_bad_row)
+    task = data.get_task(recipe.task)
+    splits, sources = {}, {"task": task.name}
+    for name in ("train", task.eval_split):
+        split = splits[name] = data.load_task(task, name, data_dir=data_dir, on_bad_row=recipe.on_bad_row)
+        path = data.data_root(data_dir) / task.files[name]
+        sources[name] = {"file": str(path), "sha256": sha256(path), "rows": len(split), "skipped": len(split.skipped)}
+    return splits["train"], splits[task.eval_split], sources
+
+
 def context(recipe, out: Path, data_dir: str | None) -> Context:
     """Everything the stages read, after checking the whole recipe against the start model and the
     data: a mistake any stage would hit fails here, in seconds, before `out` is created."""
-    task = data.get_task(recipe.task)
+    if recipe.data is None:
+        data.get_task(recipe.task)  # an unknown name fails before the model loads
     tokenizer_dir = start_model(recipe)
     encoder = encoder_of(checkpoint.load(tokenizer_dir)).config
     if not any((tokenizer_dir / name).is_file() for name in TOKENIZER_FILES[3:] + ("tokenizer.json",)):
@@ -99,23 +143,27 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
         raise EdgebertError(f"the tokenizer in {tokenizer_dir} has {len(tok)} tokens but the model embeds only "
                             f"{encoder.vocab_size}: use the tokenizer the model was trained with")
     check_recipe(recipe, encoder)
-    load = partial(data.load_task, task, data_dir=data_dir, on_bad_row=recipe.on_bad_row)
-    train_split = _limited(load("train"), recipe.train_limit, recipe.seed)
-    eval_split = _limited(load(task.eval_split), recipe.eval_limit, recipe.seed)
+    train_split, eval_split, sources = _splits(recipe, data_dir)
+    task = train_split.task
+    train_split = _limited(train_split, recipe.train_limit, recipe.seed)
+    eval_split = _limited(eval_split, recipe.eval_limit, recipe.seed)
     calibration_split = _limited(train_split, recipe.stage("quantize").calibration_size, recipe.seed + 1)
     ctx = Context(
-        recipe=recipe, out=out, tokenizer_dir=tokenizer_dir,
+        recipe=recipe, task=task, sources=sources, out=out, tokenizer_dir=tokenizer_dir,
         data=data.TaskData(data.EncodedDataset(train_split, tok, recipe.max_length),
                            data.EncodedDataset(eval_split, tok, recipe.max_length), tok),
         eval_arrays=data.pretokenize_eval(eval_split, tok, recipe.max_length),
         calibration=data.pretokenize_eval(calibration_split, tok, recipe.max_length),
     )
-    for name, split in (("training", ctx.data.train), ("eval", ctx.data.eval)):
-        _warn_unknown(split.input_ids, tok, f"{task.name} {name} data")
-    if task.kind != "regression":
+    sources["unk_rate"] = {key: round(_warn_unknown(split.input_ids, tok, f"{task.name} {name} data"), 6)
+                           for key, name, split in (("train", "training", ctx.data.train),
+                                                    ("eval", "eval", ctx.data.eval))}
+    if task.labels:
         labels = np.asarray(ctx.eval_arrays["labels"]).ravel()
         labels = labels[labels != data.IGNORE]
         counts = np.bincount(labels, minlength=len(task.labels))
+        sources["majority_baseline"] = {"accuracy": round(float(counts.max() / counts.sum()), 6),
+                                        "label": task.labels[int(counts.argmax())]}
         log(f"eval majority-class baseline: accuracy {counts.max() / counts.sum():.4f} "
             f"(always {task.labels[int(counts.argmax())]!r}); the model should beat it by more than a few points")
     return ctx
@@ -138,7 +186,13 @@ def _warn_unknown(input_ids: list[list[int]], tok, what: str) -> float:
 
 def check_recipe(recipe, encoder) -> None:
     """What the stages would refuse hours in, checked against the start model's `encoder` config."""
+    check_memory(recipe, encoder)
     stages = set(recipe.stages)
+    if recipe.data is None and data.get_task(recipe.task).kind == "embedding" and "finetune" in stages \
+            and not recipe.teacher:
+        raise EdgebertError(f"stages: the {recipe.task} task trains on unlabeled text, so it has no finetune stage; "
+                            "start from a sentence-embedding model (model = \"minilm\") and list distill, prune, "
+                            "quantize and export")
     if "distill" in stages:
         d = recipe.stage("distill")
         if d.keep_layers and max(d.keep_layers) > encoder.num_layers:
@@ -155,7 +209,12 @@ def check_recipe(recipe, encoder) -> None:
 
 
 def data_fingerprint(ctx: Context) -> str:
-    h = hashlib.sha256()
+    """What the first stage's cache key takes of the data: the files' sha256 (an edited CSV re-runs the
+    stages), the carve of the dev split, and the encoded examples with their labels."""
+    contents = {k: {f: v for f, v in s.items() if f != "file"} if isinstance(s, dict) else s
+                for k, s in ctx.sources.items()}  # where the data root is does not matter
+    h = hashlib.sha256(json.dumps(contents, sort_keys=True).encode())
+    h.update(json.dumps(ctx.data.train.labels).encode())
     for ids in ctx.data.train.input_ids:
         h.update(np.asarray(ids, dtype=np.int32).tobytes())
     for a in (ctx.eval_arrays, ctx.calibration):
@@ -171,7 +230,7 @@ def pass_stage(verb):
     def run(ctx: Context, state: State, options, dest: Path, work: Path) -> dict:
         import torch
 
-        model = task_model(state.model, data.get_task(ctx.recipe.task))
+        model = task_model(state.model, ctx.task)
         torch.manual_seed(ctx.recipe.seed)
         result = verb(model, options, ctx.data, work_dir=work)
         checkpoint.save(result.model, dest / "model", tokenizer_from=ctx.tokenizer_dir)

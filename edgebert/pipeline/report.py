@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgebert.device_tests.metrics import IGNORE
 from edgebert.errors import EdgebertError
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -56,11 +57,18 @@ def render(record: dict, points: list[dict]) -> str:
 
 
 def error_breakdown(predictions, labels, names: list[str]) -> dict | None:
-    """A confusion matrix (classification) or the residuals (regression) of one file on the eval set."""
+    """A confusion matrix (classification; for token tasks over the tags of the labeled first pieces) or
+    the residuals (regression) of one file on the eval set."""
     if predictions is None or labels is None:
         return None
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
-    if labels.ndim != 1 or predictions.shape != labels.shape:  # token tasks: per-tag errors are not broken down
+    labels = np.asarray(labels)
+    if labels.ndim == 2:  # the harness gives each example's tags at its labeled positions, in order
+        if len(predictions) != len(labels):
+            return None
+        predictions = np.array([t for row in predictions for t in row], dtype=np.int64)
+        labels = labels[labels != IGNORE]
+    predictions = np.asarray(predictions)
+    if predictions.shape != labels.shape:
         return None
     if labels.dtype.kind == "f":
         residual = predictions.astype(np.float64) - labels
@@ -102,16 +110,29 @@ def _points(fraction) -> float | None:
     return None if fraction is None else float(fraction) * 100
 
 
+BASELINE_MARGIN = 0.02  # a trained model this close to always answering the commonest class learned little
+
+
+def near_baseline(accuracy: float | None, baseline: dict | None) -> bool:
+    """Whether an accuracy (a fraction) is within BASELINE_MARGIN of the majority-class baseline's."""
+    return accuracy is not None and baseline is not None and accuracy - baseline["accuracy"] < BASELINE_MARGIN
+
+
 def _summary(record: dict) -> list[tuple[str, str]]:
     inputs = record.get("inputs", {})
     tok = inputs.get("tokenizer", {})
+    baseline, unknown = (record.get("data") or {}).get("majority_baseline"), (record.get("data") or {}).get("unk_rate")
     rows = [("Labels", ", ".join(record.get("labels") or []) or "none (regression or token task)"),
             ("Files", ", ".join(inputs.get("files", {})) or "none"),
             ("Max length", inputs.get("max_length")),
             ("Tokenizer", f"{tok.get('type')}, {'lower-cases' if tok.get('lowercase') else 'cased'}, "
                           f"{tok.get('vocab_size')} tokens" if tok else None),
             ("Quantization", _short(record.get("quantization")) if record.get("quantization") else None),
-            ("MediaPipe", _mediapipe(record.get("mediapipe")))]
+            ("MediaPipe", _mediapipe(record.get("mediapipe"))),
+            ("Majority-class baseline", f"accuracy {_points(baseline['accuracy']):.2f} (always {baseline['label']!r} "
+                                        f"on the eval set): a trained model should beat it by more than "
+                                        f"{BASELINE_MARGIN * 100:.0f} points" if baseline else None),
+            ("[UNK] tokens", ", ".join(f"{v:.1%} of {k}" for k, v in unknown.items()) if unknown else None)]
     return [(k, str(v)) for k, v in rows if v is not None]
 
 
@@ -120,18 +141,20 @@ def _mediapipe(info: dict | None) -> str | None:
         return None
     if "file" in info:
         return f"{info['file']}: signature {info['signature']}, up to {info['max_length']} tokens"
-    return f"no classifier.tflite: {info.get('skipped')}"
+    return f"no MediaPipe file: {info.get('skipped')}"
 
 
 def _files(record: dict) -> dict[str, dict]:
     """Each final model file: its verification against PyTorch and its local bench, metrics in points."""
     verification, bench = record.get("verification") or {}, record.get("bench_local") or {}
+    task = record.get("task")
+    metric = task.get("metric") if isinstance(task, dict) else None
     out = {}
     for name in [*verification, *(n for n in bench if n not in verification)]:  # in the order stages wrote them
         v, b = verification.get(name) or {}, bench.get(name) or {}
         check, meta = v.get("verify") or {}, v.get("meta") or {}
         method = meta.get("method") or (meta.get("config") or {}).get("type") or meta.get("precision")
-        device = next((b[k] for k in ("accuracy", "pearson") if b.get(k) is not None), None)
+        device = (b.get("metrics") or {}).get(metric or b.get("metric"))
         out[name] = {
             "stage": v.get("stage", "export"), "format": meta.get("format") or Path(name).suffix.lstrip("."),
             "method": method or "float", "bytes": check.get("bytes") or b.get("bytes"),
@@ -170,6 +193,7 @@ def _errors(errors: dict | None) -> dict | None:
 def _stages(record: dict, files: dict[str, dict], metric: str) -> list[dict]:
     """Every stage through the final files: the training passes, then one row per file quantize/export wrote."""
     rows, last = [], {}
+    baseline = (record.get("data") or {}).get("majority_baseline")
     for s in record.get("stages") or []:
         params = dict(s.get("params") or {})
         total = params.pop("total", None)
@@ -178,12 +202,15 @@ def _stages(record: dict, files: dict[str, dict], metric: str) -> list[dict]:
                      "flops": s.get("flops"), "metric": _points(metrics.get(metric)),
                      "others": "; ".join(f"{k} {_points(v):.2f}" for k, v in metrics.items()
                                          if k != metric and isinstance(v, (int, float))),
-                     "settings": _short(params), "agreement": None, "max_abs_diff": None})
+                     "settings": _short(params), "agreement": None, "max_abs_diff": None,
+                     "near_baseline": near_baseline(metrics.get("accuracy"), baseline)})
         last = rows[-1]
     for name, f in files.items():
         rows.append({"name": f["stage"], "output": f"{name} ({f['method']})", "params": last.get("params"),
                      "bytes": f["bytes"], "flops": last.get("flops"), "metric": f["metric"], "others": "",
-                     "settings": "", "agreement": f["agreement"], "max_abs_diff": f["max_abs_diff"]})
+                     "settings": "", "agreement": f["agreement"], "max_abs_diff": f["max_abs_diff"],
+                     "near_baseline": metric == "accuracy" and near_baseline(
+                         None if f["metric"] is None else f["metric"] / 100, baseline)})
     return rows
 
 
