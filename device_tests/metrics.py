@@ -120,3 +120,9 @@ def task_metrics(kind: str, predictions, labels, label_names: Sequence[str] = ()
     elif kind == "pair-classification":
         scores["f1"] = f1(predictions, labels)
     return scores
+
+
+def points(fraction) -> float | None:
+    """A metric in points (accuracy 0.9014 → 90.14), for what is printed or charted: everything else
+    (records, verification, the harness's results) keeps fractions."""
+    return None if fraction is None else float(fraction) * 100

@@ -7,6 +7,7 @@ import random
 
 import torch
 
+SST2_WORDS = ["good", "great", "fun", "bad", "awful", "dull", "film", "plot", "the", "a", "very", "not"]
 QUANT_VOCAB = 1500  # above Int8Embeddings.min_rows, so the word table is converted
 
 

@@ -7,7 +7,7 @@ import string
 import pytest
 import torch
 
-from builders import PASS_SPECIALS, PASS_WORDS, QUANT_VOCAB, tiny_model
+from builders import PASS_SPECIALS, PASS_WORDS, QUANT_VOCAB, SST2_WORDS, tiny_model
 
 torch.set_num_threads(1)  # the CI machine's cores are shared
 
@@ -68,7 +68,6 @@ def tiny_arrays():
 # ---------------------------------------------------------------------------------------------
 # The compile tests' start model and SST-2-shaped data folder (test_compile.py, test_cli.py).
 
-SST2_WORDS = ["good", "great", "fun", "bad", "awful", "dull", "film", "plot", "the", "a", "very", "not"]
 
 
 @pytest.fixture(scope="session")

@@ -7,12 +7,11 @@ import json
 import pytest
 import torch
 import transformers as T
-from builders import subword_tokenizer
+from builders import SST2_WORDS, subword_tokenizer
 
 from edgebert.pipeline import compile as compiler
 from edgebert.pipeline import recipe as recipes
 
-WORDS = ["good", "great", "fun", "bad", "awful", "dull", "film", "plot", "the", "a", "very", "not"]
 SMALL = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=48,
              max_position_embeddings=64, num_labels=2, id2label={0: "negative", 1: "positive"},
              label2id={"negative": 0, "positive": 1})
@@ -29,21 +28,6 @@ FAMILIES = {  # HF class, config (given the tokenizer's vocabulary size and pad 
                                                      type_vocab_size=0, pooler_hidden_act="gelu"),
                 "Unigram", "not SentencePiece yet"),
 }
-
-
-@pytest.fixture(scope="module")
-def sst2(tmp_path_factory):
-    """sst2/train.tsv and dev.tsv: sentences whose label follows their first word."""
-    root = tmp_path_factory.mktemp("data")
-    (root / "sst2").mkdir()
-    g = torch.Generator().manual_seed(0)
-    for split, n in (("train", 64), ("dev", 24)):
-        rows = ["sentence\tlabel"]
-        for _ in range(n):
-            idx = torch.randint(0, len(WORDS), (6,), generator=g).tolist()
-            rows.append(" ".join(WORDS[i] for i in idx) + f" \t{int(idx[0] < 3)}")
-        (root / "sst2" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
-    return root
 
 
 RECIPE = """
@@ -76,13 +60,13 @@ bench = false
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_compile_runs_every_stage_and_verifies(family, sst2, tmp_path):
+def test_compile_runs_every_stage_and_verifies(family, tiny_sst2, tmp_path):
     cls, config, kind, reason = FAMILIES[family]
     folder = tmp_path / "model"
-    vocab = subword_tokenizer(folder, [" ".join(WORDS)] * 20, kind=kind, vocab_size=120)
+    vocab = subword_tokenizer(folder, [" ".join(SST2_WORDS)] * 20, kind=kind, vocab_size=120)
     torch.manual_seed(0)
     cls(config(vocab, 3)).save_pretrained(folder)  # [PAD] is id 3 in conftest's subword tokenizers
-    bundle = compiler.compile(recipes.parse(RECIPE.format(model=folder)), tmp_path / "out", data_dir=str(sst2))
+    bundle = compiler.compile(recipes.parse(RECIPE.format(model=folder)), tmp_path / "out", data_dir=str(tiny_sst2))
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert [s["name"] for s in manifest["stages"]] == ["distill", "prune"]
     assert manifest["stages"][1]["params"]["total"] < manifest["stages"][0]["params"]["total"]
@@ -91,7 +75,7 @@ def test_compile_runs_every_stage_and_verifies(family, sst2, tmp_path):
     assert (shape["family"], shape["num_layers"], shape["hidden_size"], shape["norm_width"]) == (family, 2, 24, 32)
     for name in ("model.onnx", "model.tflite"):
         check = manifest["verification"][name]["verify"]  # the INT8 file against PyTorch on the dev split
-        assert check["examples"] == 24 and check["max_abs_diff"] < 0.5
+        assert check["examples"] == 32 and check["max_abs_diff"] < 0.5
     assert manifest["inputs"]["tokenizer"]["type"] == kind and "tokenizer.json" in manifest["inputs"]["tokenizer_files"]
     assert reason in manifest["mediapipe"]["skipped"] and "\n" not in manifest["mediapipe"]["skipped"]
     assert not (bundle / "classifier.tflite").exists() and reason in (bundle / "report.html").read_text()

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from .. import checkpoint
 from ..data import IGNORE, BucketBatchSampler, PadCollator, Task, compute_metrics
+from ..device_tests.metrics import points
 from ..config import Config
 from ..errors import EdgebertError
 from ..model import TaskModel, embeddings, encoder_of
@@ -385,7 +386,8 @@ def train(
             history.append([done, running / max(count, 1), metrics])
             running, count = 0.0, 0
             if metrics is not None and config.progress and rank == 0:
-                bar.write(f"step {done}: loss {history[-1][1]:.4f} {metric} {metrics[metric]:.4f}", file=sys.stderr)
+                bar.write(f"step {done}: loss {history[-1][1]:.4f} {metric} {points(metrics[metric]):.2f}",
+                          file=sys.stderr)
         if done % config.save_every == 0 or done == config.steps:
             save_state(done)
     bar.close()

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from edgebert.device_tests.files import atomic_dir, sha256
+from edgebert.device_tests.metrics import points
 
 from .. import checkpoint
 from ..errors import EdgebertError
@@ -121,8 +122,8 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
 def _warn_near_baseline(record: dict, baseline: dict | None) -> None:
     accuracy = (record.get("metrics") or {}).get("accuracy")
     if near_baseline(accuracy, baseline):
-        warnings.warn(f"{record['name']}: accuracy {_points(accuracy):.2f} does not beat the majority-class baseline "
-                      f"{_points(baseline['accuracy']):.2f} (always {baseline['label']!r}) by "
+        warnings.warn(f"{record['name']}: accuracy {points(accuracy):.2f} does not beat the majority-class baseline "
+                      f"{points(baseline['accuracy']):.2f} (always {baseline['label']!r}) by "
                       f"{BASELINE_MARGIN * 100:.0f} points, so the model learned little: check the labels, train "
                       "longer (train.steps) or give it more data", stacklevel=2)
 
@@ -139,12 +140,6 @@ def _current(bundle: Path, build: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # The bundle: model files + tokenizer + labels + eval set + manifest + report
-
-
-def _points(fraction) -> float | None:
-    """A metric in points (accuracy 0.9014 → 90.14), for what is printed or charted: everything
-    else (passes, verification, the harness) keeps fractions."""
-    return None if fraction is None else float(fraction) * 100
 
 
 def _torch_latency(model_dir: Path, arrays: dict, runs: int = 30) -> float:
@@ -218,7 +213,7 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
     from .bundle import write_bundle
 
     task = ctx.task
-    manifest_stages, points = [], []
+    manifest_stages, chart = [], []
     made_by = {}  # file -> the stage that wrote it (export copies what quantize wrote)
     for record in stages:
         for name in record.get("files", {}):
@@ -231,14 +226,14 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
                                 "metrics": record["metrics"], "wall_s": record["wall_s"]})
         if bench and metric is not None:
             model_dir = next(ctx.out.glob(f"stages/*-{record['name']}-*/model"))
-            points.append({"stage": record["name"], "format": "pytorch", "metric": _points(metric),
+            chart.append({"stage": record["name"], "format": "pytorch", "metric": points(metric),
                            "latency_ms": _torch_latency(model_dir, ctx.eval_arrays), "bytes": record["bytes"],
                            "metric_name": task.metric})
     labels = list(task.labels) if task.kind != "regression" else []
     measured = _bench_files(ctx, state, labels) if bench else {}
     for name, m in measured.items():
         if m["metrics"].get(task.metric) is not None:
-            points.append({"stage": "bundle", "format": name, "metric": _points(m["metrics"][task.metric]),
+            chart.append({"stage": "bundle", "format": name, "metric": points(m["metrics"][task.metric]),
                            "latency_ms": m["latency_ms"]["p50"], "bytes": state.files[name].stat().st_size,
                            "metric_name": task.metric})
     q = ctx.recipe.stage("quantize")
@@ -255,7 +250,7 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
         "baselines": _baselines(ctx.out, dest),
     }
     bundle = write_bundle(dest, models=state.files, tokenizer_dir=ctx.tokenizer_dir, labels=labels,
-                          eval_arrays=ctx.eval_arrays, manifest=manifest, report_points=points,
+                          eval_arrays=ctx.eval_arrays, manifest=manifest, report_points=chart,
                           max_length=ctx.recipe.max_length, source_model=state.model, force=True)
     log(f"bundle written to {bundle}")
     return bundle
@@ -266,20 +261,20 @@ def summary_data(bundle: Path) -> dict:
     manifest = json.loads((bundle / "manifest.json").read_text())
     metric = manifest["task"]["metric"]
     stages = [{"stage": s["name"], "params": s["params"]["total"], "bytes": s["bytes"], "flops_128": s["flops"],
-               metric: _points(s["metrics"].get(metric)), "wall_s": s["wall_s"]} for s in manifest["stages"]]
+               metric: points(s["metrics"].get(metric)), "wall_s": s["wall_s"]} for s in manifest["stages"]]
     files = []
     for name, v in manifest["verification"].items():
         check = v["verify"] or {}
         files.append({"file": name, "bytes": manifest["files"][name]["bytes"],
                       "max_abs_diff": check.get("max_abs_diff"), "agreement": check.get("agreement"),
-                      metric: _points(check.get("value")),
+                      metric: points(check.get("value")),
                       "p50_ms": manifest["bench_local"].get(name, {}).get("latency_ms", {}).get("p50")})
     data = manifest.get("data") or {}
     baseline = data.get("majority_baseline")
     for s, m in zip(stages, manifest["stages"]):
         s["near_baseline"] = near_baseline(m["metrics"].get("accuracy"), baseline)
     return {"bundle": str(bundle), "metric": metric, "stages": stages, "files": files,
-            "majority_baseline": {**baseline, "accuracy": _points(baseline["accuracy"])} if baseline else None,
+            "majority_baseline": {**baseline, "accuracy": points(baseline["accuracy"])} if baseline else None,
             "unk_rate": data.get("unk_rate")}
 
 

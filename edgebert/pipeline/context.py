@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from edgebert.device_tests.files import sha256
+from edgebert.device_tests.metrics import points
 
 from .. import checkpoint, data, tokenizer as tokenization
 from ..errors import EdgebertError
@@ -164,7 +165,7 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
         counts = np.bincount(labels, minlength=len(task.labels))
         sources["majority_baseline"] = {"accuracy": round(float(counts.max() / counts.sum()), 6),
                                         "label": task.labels[int(counts.argmax())]}
-        log(f"eval majority-class baseline: accuracy {counts.max() / counts.sum():.4f} "
+        log(f"eval majority-class baseline: accuracy {points(counts.max() / counts.sum()):.2f} "
             f"(always {task.labels[int(counts.argmax())]!r}); the model should beat it by more than a few points")
     return ctx
 

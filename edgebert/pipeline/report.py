@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgebert.device_tests.metrics import IGNORE
+from edgebert.device_tests.metrics import IGNORE, points
 from edgebert.errors import EdgebertError
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -27,7 +27,7 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#1
 MARKERS = ("o", "s", "D", "^", "v", "P", "X")
 
 
-def render(record: dict, points: list[dict]) -> str:
+def render(record: dict, chart: list[dict]) -> str:
     """The report for a bundle record (the manifest before its file list) and its Pareto points."""
     try:
         import jinja2
@@ -37,16 +37,16 @@ def render(record: dict, points: list[dict]) -> str:
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(size=_bytes, flops=_flops, num=_num, ms=_ms)
     task = record.get("task")
-    task = task if isinstance(task, dict) else {"name": task, "metric": points[0]["metric_name"] if points
+    task = task if isinstance(task, dict) else {"name": task, "metric": chart[0]["metric_name"] if chart
                                                 else "accuracy", "kind": None}
     files = _files(record)
-    best = optimal(points)
+    best = optimal(chart)
     runs = {name: f["latency_runs_ms"] for name, f in files.items() if f.get("latency_runs_ms")}
     return env.get_template("report.html.j2").render(
         title=f"edgebert bundle: {task['name']}" if task.get("name") else "edgebert bundle",
         task=task, summary=_summary(record), stages=_stages(record, files, task["metric"]), files=files,
-        pareto=[{**p, "optimal": ok} for p, ok in zip(points, best)],
-        pareto_chart=_pareto_chart(points, best) if points else None,
+        pareto=[{**p, "optimal": ok} for p, ok in zip(chart, best)],
+        pareto_chart=_pareto_chart(chart, best) if chart else None,
         latency_chart=_latency_chart(runs) if runs else None,
         machine=_machine(record), versions=record.get("versions") or {},
         baselines=record.get("baselines"), contract=_contract(record), top_ops=TOP_OPS) + "\n"
@@ -106,10 +106,6 @@ def baselines(compare: dict) -> dict:
 # The page's rows.
 
 
-def _points(fraction) -> float | None:
-    return None if fraction is None else float(fraction) * 100
-
-
 BASELINE_MARGIN = 0.02  # a trained model this close to always answering the commonest class learned little
 
 
@@ -129,7 +125,7 @@ def _summary(record: dict) -> list[tuple[str, str]]:
                           f"{tok.get('vocab_size')} tokens" if tok else None),
             ("Quantization", _short(record.get("quantization")) if record.get("quantization") else None),
             ("MediaPipe", _mediapipe(record.get("mediapipe"))),
-            ("Majority-class baseline", f"accuracy {_points(baseline['accuracy']):.2f} (always {baseline['label']!r} "
+            ("Majority-class baseline", f"accuracy {points(baseline['accuracy']):.2f} (always {baseline['label']!r} "
                                         f"on the eval set): a trained model should beat it by more than "
                                         f"{BASELINE_MARGIN * 100:.0f} points" if baseline else None),
             ("[UNK] tokens", ", ".join(f"{v:.1%} of {k}" for k, v in unknown.items()) if unknown else None)]
@@ -158,8 +154,8 @@ def _files(record: dict) -> dict[str, dict]:
         out[name] = {
             "stage": v.get("stage", "export"), "format": meta.get("format") or Path(name).suffix.lstrip("."),
             "method": method or "float", "bytes": check.get("bytes") or b.get("bytes"),
-            "metric": _points(check.get("value")), "metric_name": check.get("metric"),
-            "device_metric": _points(device), "agreement": _points(check.get("agreement")),
+            "metric": points(check.get("value")), "metric_name": check.get("metric"),
+            "device_metric": points(device), "agreement": points(check.get("agreement")),
             "max_abs_diff": check.get("max_abs_diff"), "examples": check.get("examples"),
             "latency": b.get("latency_ms"), "latency_runs_ms": b.get("latency_runs_ms"),
             "load_ms": b.get("load_ms"), "first_ms": b.get("first_inference_ms"), "peak_rss_mb": b.get("peak_rss_mb"),
@@ -199,8 +195,8 @@ def _stages(record: dict, files: dict[str, dict], metric: str) -> list[dict]:
         total = params.pop("total", None)
         metrics = s.get("metrics") or {}
         rows.append({"name": s["name"], "output": "PyTorch checkpoint", "params": total, "bytes": s.get("bytes"),
-                     "flops": s.get("flops"), "metric": _points(metrics.get(metric)),
-                     "others": "; ".join(f"{k} {_points(v):.2f}" for k, v in metrics.items()
+                     "flops": s.get("flops"), "metric": points(metrics.get(metric)),
+                     "others": "; ".join(f"{k} {points(v):.2f}" for k, v in metrics.items()
                                          if k != metric and isinstance(v, (int, float))),
                      "settings": _short(params), "agreement": None, "max_abs_diff": None,
                      "near_baseline": near_baseline(metrics.get("accuracy"), baseline)})
