@@ -140,7 +140,7 @@ def write_csv(data_dir: Path, folder: Path) -> None:
         with open(tmp, "w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
             w.writerow(["sentence", "label"])
-            w.writerows([r[text].strip(), names[r[label]]] for r in body)
+            w.writerows([r[text].strip(), names[r[label].strip()]] for r in body)
         os.replace(tmp, target)
 
 
@@ -152,7 +152,8 @@ def edgebert_cli() -> list[str]:
 
 def run(cmd: list[str], commands: list[str]) -> float:
     """Run `cmd` (its output on this terminal); record it; its wall time. A failure raises."""
-    shown = " ".join(["edgebert", *cmd[len(edgebert_cli()):]] if cmd[:len(edgebert_cli())] == edgebert_cli() else cmd)
+    cli = edgebert_cli()
+    shown = " ".join(["edgebert", *cmd[len(cli):]] if cmd[:len(cli)] == cli else cmd)
     commands.append(shown)
     log(shown)
     t0 = time.time()
@@ -314,6 +315,10 @@ def main() -> None:
                "versions": versions("edgebert", "torch", "onnxruntime", "ai-edge-litert", "onnx", "transformers",
                                     "tokenizers", "numpy"),
                "tasks": {}}
+    previous = results_dir / "tasks.json"  # a run of some tasks (--only) keeps the others' figures
+    if previous.is_file():
+        results["tasks"] = {k: v for k, v in json.loads(previous.read_text()).get("tasks", {}).items()
+                            if k in TASKS and k not in names}
     for name in names:
         folder = work / name
         commands: list[str] = []
@@ -350,7 +355,7 @@ def main() -> None:
         except (RuntimeError, OSError, KeyError, ValueError) as e:  # the other tasks still run
             log(f"{name}: failed: {e}")
             entry = {"error": str(e)}
-        entry.update(commands=commands, wall_s=round(time.time() - t0, 1), work=str(folder),
+        entry.update(commands=commands, commit=commit, wall_s=round(time.time() - t0, 1), work=str(folder),
                      recipe=str(folder / "recipe.toml"))
         results["tasks"][name] = entry
         results["load"]["after"] = [round(x, 2) for x in os.getloadavg()]

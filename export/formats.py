@@ -37,11 +37,11 @@ class Format:
         except HarnessError as e:
             raise EdgebertError(str(e)) from None
 
-    def run(self, path: str | Path, arrays: dict, threads: int = 1) -> np.ndarray:
+    def run(self, path: str | Path, arrays: dict, threads: int = 1, batch_size: int = 32) -> np.ndarray:
         """Outputs [N, ...] of the file on validated right-padded arrays, in its own runtime."""
         model = self.open(path, threads)
         try:
-            return backends.logits(model, arrays)
+            return backends.logits(model, arrays, batch_size)
         except HarnessError as e:
             raise EdgebertError(str(e)) from None
 

@@ -48,13 +48,14 @@ def test_user_csv_from_sst2_files(tasks, tmp_path):
     (tmp_path / "sst2").mkdir()
     for split, rows in (("train", ['it \'s "good" , really\t1', "dull , flat\t0", "fine\t1"]),
                         ("dev", ["bad\t0", "great fun\t1"])):
-        (tmp_path / "sst2" / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(f"{r} " if i else r
-                                                        for i, r in enumerate(rows)) + "\n")
+        # SST-2's sentences end in a space before the tab
+        (tmp_path / "sst2" / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(r.replace("\t", " \t")
+                                                                                      for r in rows) + "\n")
     tasks.write_csv(tmp_path, tmp_path / "out")
     with open(tmp_path / "out" / "train.csv", newline="") as f:
         assert list(csv.reader(f))[1] == ['it \'s "good" , really', "positive"]  # quoted, label named
     train, dev, sources = load_data(DataConfig(train=str(tmp_path / "out" / "train.csv"),
-                                               dev=str(tmp_path / "out" / "dev.csv"), text="sentence"))
+                                               dev=str(tmp_path / "out" / "dev.csv"), text="sentence"), seed=0)
     assert train.task.labels == ("negative", "positive") and len(train) == 3 and len(dev) == 2
     assert [e.label for e in dev.examples] == [0, 1]
 

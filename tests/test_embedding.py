@@ -188,6 +188,23 @@ def test_mediapipe_text_embedder_runs_the_bundle(bundle, sts):
     assert got.shape == ref.shape and cosines.min() >= 0.99
 
 
+def test_export_only_gives_a_plain_encoder_the_embedding_head(sts, tmp_path):
+    """stages = ["export"] on a folder with no head (all-MiniLM-L6-v2's own): the untrained model's reference
+    figures, its files scored by cosine Spearman and their output named `embeddings`."""
+    import onnx
+
+    from edgebert import checkpoint
+
+    plain = tmp_path / "plain"
+    save(encoder_of(checkpoint.load(sts / "model")), plain, tokenizer_from=default_checkpoint())
+    text = RECIPE.format(model=plain).replace('stages = ["distill", "prune", "quantize", "export"]',
+                                              'stages = ["export"]')
+    bundle = compiler.compile(recipes.parse(text), tmp_path / "out", data_dir=str(sts / "data"))
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["stages"] == [] and manifest["verification"]["model.onnx"]["verify"]["metric"] == "cosine_spearman"
+    assert [o.name for o in onnx.load(str(bundle / "model.onnx")).graph.output] == ["embeddings"]
+
+
 def test_an_embedding_recipe_with_finetune_is_refused(sts, tmp_path):
     text = RECIPE.format(model=sts / "model").replace('stages = ["distill"', 'stages = ["finetune", "distill"')
     with pytest.raises(EdgebertError, match="no finetune stage"):

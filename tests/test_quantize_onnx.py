@@ -51,6 +51,19 @@ def test_dynamic_int8_close_and_smaller(fused, data, tmp_path):
     assert r.meta["reduce_range"] is True and r.verification["reference"] == "fp32.onnx"
 
 
+def test_dynamic_int8_verified_as_the_device_runs_it(fused, data, tmp_path):
+    """Verification runs batch 1 at each example's length, as the device harness does: a dynamic-INT8 file's
+    activation scales span the whole batch, so scored in batches of 32 it is not the file the device runs."""
+    from edgebert.device_tests import backends
+
+    r = quantize(fused, DynamicInt8Config(target="x86"), out=tmp_path / "q.onnx", eval_data=data)
+    reference = formats.of_file(fused).run(fused, data)
+    loaded = backends.load(str(r.path), "onnxruntime", 1)
+    alone, batched = (np.abs(backends.logits(loaded, data, batch_size=n) - reference).max() for n in (1, 32))
+    assert r.verification["max_abs_diff"] == pytest.approx(alone, abs=1e-7)
+    assert abs(batched - alone) > 1e-6  # the batch really changes a dynamic-INT8 file's outputs
+
+
 def test_int8_embeddings_gather_on_int8_table(model, data, tmp_path):
     r = quantize(model, Int8EmbeddingsConfig(), out=tmp_path / "e.onnx", eval_data=data,
                  export_as=OnnxExportConfig(optimize="fused", fuse_embeddings=False), budget=Budget(max_abs_diff=0.05))

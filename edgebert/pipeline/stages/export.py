@@ -7,12 +7,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgebert import checkpoint
 from edgebert.config import Config
 from edgebert.errors import EdgebertError
 from edgebert.export import Budget, export, formats
 
-from ..context import Context, State
+from ..context import Context, State, task_model
 from .quantize import export_config
 from .registry import Stage, register
 
@@ -35,7 +34,7 @@ class ExportStageConfig(Config):
 
 
 def run(ctx: Context, state: State, options: ExportStageConfig, dest: Path, work: Path) -> dict:
-    model = checkpoint.load(state.model)
+    model = task_model(state.model, ctx.task)  # the start model too gets the task's head (export-only runs)
     record = {"files": {}}
     for name in options.formats:
         fmt = formats.get(name)

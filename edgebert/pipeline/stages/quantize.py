@@ -6,14 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from edgebert import checkpoint
 from edgebert.config import Config
 from edgebert.errors import EdgebertError
 from edgebert.export import Budget, export, formats
 from edgebert.quantize import DynamicInt8Config, MixedPrecisionConfig, QATConfig, StaticInt8Config, quantize
 from edgebert.quantize.config import host_target
 
-from ..context import Context, State
+from ..context import Context, State, task_model
 from .registry import Stage, register
 
 # The recipe's method names per format; "none" leaves the format to the export stage (float).
@@ -61,7 +60,7 @@ def _method_config(method: str, q: QuantizeStageConfig, export_options):
 
 
 def run(ctx: Context, state: State, options: QuantizeStageConfig, dest: Path, work: Path) -> dict:
-    model = checkpoint.load(state.model)
+    model = task_model(state.model, ctx.task)  # the start model too gets the task's head (export-only runs)
     export_options = ctx.recipe.stage("export")
     evals = {"eval_data": ctx.eval_arrays, "budget": options.budget}
     record = {"files": {}}
