@@ -97,6 +97,24 @@ def test_the_view_holds_the_own_position_projections():
     assert shared.pos_key is None and shared.pos_query is None
 
 
+def test_removing_a_silenced_head_with_own_position_projections_changes_nothing():
+    """Head surgery slices DeBERTa's own pos_key/pos_query rows with the head's query/key rows."""
+    from edgebert.passes.surgery import remove_heads
+
+    torch.manual_seed(0)
+    model = build(deberta.from_hf(hf_config(share_att_key=False).to_dict())).eval()
+    d = model.config.head_size
+    with torch.no_grad():  # head 1 of layer 0 writes nothing: its columns of the output projection are zero
+        blocks(model)[0].attention_out.weight[:, d:2 * d] = 0
+    ids = torch.randint(5, 90, (2, 12))
+    with torch.no_grad():
+        before = model(ids)
+        remove_heads(model, {0: [1]})
+        after = model(ids)
+    assert blocks(model)[0].pos_key.weight.shape[0] == blocks(model)[0].key.weight.shape[0] == 3 * d
+    assert (before - after).abs().max() < 1e-5
+
+
 def test_flops_count_the_relative_terms():
     c = deberta.from_hf(hf_config().to_dict())
     plain = deberta.from_hf(hf_config(**SWITCHES["no-relative"]).to_dict())

@@ -74,6 +74,9 @@ def remove_heads(model: nn.Module, heads: dict[int, list[int]]) -> nn.Module:
         block = layers[i]
         block.query, block.key, block.value = (_slice_linear(m, keep, 0) for m in (block.query, block.key, block.value))
         block.attention_out = _slice_linear(block.attention_out, keep, 1)
+        for part in ("pos_key", "pos_query"):  # DeBERTa's own position projections (None when shared)
+            if getattr(block, part) is not None:
+                setattr(block, part, _slice_linear(getattr(block, part), keep, 0))
         block.heads = counts[i] = len(kept)
     set_config(model, layer_heads=counts)
     return model
