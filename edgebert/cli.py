@@ -59,6 +59,7 @@ RECIPES = Path(__file__).parent / "recipes"
 def _compile(args: argparse.Namespace) -> None:
     from .pipeline import recipe as recipes
     from .pipeline.compile import compile, summary, summary_data
+    from .pipeline.search import parse_budget
 
     if args.recipe and args.quick:
         raise EdgebertError("--quick picks the packaged quick recipe: pass either a RECIPE or --quick")
@@ -69,9 +70,13 @@ def _compile(args: argparse.Namespace) -> None:
                                pair=args.pair_column, label=args.label_column, kind=args.kind)
     if args.stages:
         recipe = recipes.with_stages(recipe, args.stages.split(","))
+    if not args.budget and (args.target or args.pick):
+        raise EdgebertError(f"--{'target' if args.target else 'pick'} belongs to the budget search: pass --budget too")
+    budget = parse_budget(args.budget) if args.budget else None
     bundle = compile(recipe, args.out, data_dir=args.data, resume=args.resume, force=args.force,
                      bench=False if args.no_bench else None, rebench=args.rebench,
-                     on_out=lambda out: args.output.log_to(out / LOG))
+                     on_out=lambda out: args.output.log_to(out / LOG), budget=budget,
+                     target=args.target or "local", pick=args.pick or "size")
     args.output.result = json.dumps(summary_data(bundle), indent=1) if args.json else summary(bundle)
 
 
@@ -111,6 +116,14 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--no-bench", action="store_true", help="skip the local benchmark of the bundle")
     comp.add_argument("--rebench", action="store_true", help="with --resume: bench the bundle again (a resumed "
                       "run of a finished output otherwise changes nothing)")
+    comp.add_argument("--budget", help="search the recipe's [search] grid (prune fractions; vocab min_count and "
+                      "embedding precision when listed) and keep a student "
+                      "inside this budget, e.g. \"drop<=1.0,size<=9MB,p50<=1.5ms\" (drop in points, p50/p90 latency "
+                      "measured on --target); none inside: exit 2 naming the closest")
+    comp.add_argument("--target", help="with --budget: where latency is measured, as `edgebert bench --target` "
+                      "takes it (default local)")
+    comp.add_argument("--pick", choices=("size", "p50"), help="with --budget: the smallest (size, the default) or "
+                      "fastest (p50) candidate inside it")
     comp.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (all else "
                       f"goes to stderr or OUT/{LOG})")
     comp.set_defaults(run=_compile)

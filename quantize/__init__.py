@@ -1,4 +1,4 @@
-"""Quantize an exported model (or a PyTorch model, exported on the way) to INT8, verified.
+"""Quantize an exported model (or a PyTorch model, exported on the way) to INT8 (INT4 word tables), verified.
 
     from edgebert.quantize import quantize, DynamicInt8Config, MixedPrecisionConfig
     quantize("model.onnx", DynamicInt8Config(), out="model.int8.onnx", eval_data=dev)
@@ -24,11 +24,12 @@ from edgebert.errors import EdgebertError
 from edgebert.export import Artifact, Budget, InputSpec, formats, load_arrays, torch_logits
 
 from . import passes, qat  # noqa: F401  (registers the implementations)
-from .config import DynamicInt8Config, Int8EmbeddingsConfig, MixedPrecisionConfig, QATConfig, StaticInt8Config
+from .config import (DynamicInt8Config, Int4EmbeddingsConfig, Int8EmbeddingsConfig, MixedPrecisionConfig, QATConfig,
+                     StaticInt8Config)
 from .registry import Job, lookup
 
 __all__ = ["quantize", "DynamicInt8Config", "StaticInt8Config", "MixedPrecisionConfig", "QATConfig",
-           "Int8EmbeddingsConfig", "Budget"]
+           "Int8EmbeddingsConfig", "Int4EmbeddingsConfig", "Budget"]
 
 
 def _spec_of_file(path: Path, fmt: formats.Format) -> InputSpec:
@@ -72,7 +73,7 @@ def quantize(model: nn.Module | str | Path, config, *, out: str | Path, calibrat
         src, src_meta = None, {"input_dtype": fmt.input_dtype}
         if module is not None and method.float_file:
             src = work / f"float{fmt.suffix}"
-            how = export_as or method.export_with or fmt.config()
+            how = export_as or method.export_config(config) or fmt.config()
             if not isinstance(how, fmt.config):
                 raise EdgebertError(f"export_as={type(how).__name__} cannot produce {out.name}: "
                                     f"use {fmt.config.__name__}")

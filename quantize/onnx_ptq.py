@@ -1,4 +1,4 @@
-"""ONNX post-training quantization: dynamic INT8, static QDQ INT8, INT8 embedding tables.
+"""ONNX post-training quantization: dynamic INT8, static QDQ INT8, INT8 and block-wise INT4 embedding tables.
 
 Static QDQ runs on the unfused graph (ORT's QDQ quantizer has no fused Attention); node kinds
 (`classify`) let callers keep outlier-prone ops in float, and linear layers left out of the
@@ -216,18 +216,34 @@ def dynamic(src: Path, dst: Path, *, target: str, per_channel: bool, embeddings:
         logging.disable(logging.NOTSET)
 
 
+def _tables(model: onnx.ModelProto, min_rows: int):
+    """(node index, Gather node, table) for each float 2-D table of >= `min_rows` rows read only by one axis-0 Gather
+    (a table a tied output layer also reads must stay float)."""
+    inits = {i.name: i for i in model.graph.initializer}
+    readers: dict[str, int] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    for k, n in enumerate(model.graph.node):
+        table = inits.get(n.input[0]) if n.op_type == "Gather" else None
+        axis = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "axis"), 0)
+        if table is not None and table.data_type == onnx.TensorProto.FLOAT and len(table.dims) == 2 \
+                and table.dims[0] >= min_rows and axis == 0 and readers[table.name] == 1:
+            yield k, n, table
+
+
+def _replace(model: onnx.ModelProto, new_nodes: dict[int, list]) -> None:
+    """Swap each node whose index is in `new_nodes` for its replacement, keeping graph order."""
+    nodes = [m for k, n in enumerate(model.graph.node) for m in new_nodes.get(k, [n])]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+
+
 def int8_embeddings(model: onnx.ModelProto, min_rows: int) -> list[str]:
     """Replace each float table Gather with ≥ `min_rows` rows by an int8 table + per-row scale:
     Gather(int8) → Cast → Mul(Gather(scale)). Returns the tables converted (in place)."""
-    inits = {i.name: i for i in model.graph.initializer}
-    done, nodes = [], []
-    for n in model.graph.node:
-        table = inits.get(n.input[0]) if n.op_type == "Gather" else None
-        axis = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "axis"), 0)
-        if table is None or table.data_type != onnx.TensorProto.FLOAT or len(table.dims) != 2 \
-                or table.dims[0] < min_rows or axis != 0:
-            nodes.append(n)
-            continue
+    done, new_nodes = [], {}
+    for k, n, table in list(_tables(model, min_rows)):
         w = numpy_helper.to_array(table)
         scale = np.maximum(np.abs(w).max(axis=1, keepdims=True), 1e-12) / 127.0
         q = np.clip(np.round(w / scale), -127, 127).astype(np.int8)
@@ -236,14 +252,109 @@ def int8_embeddings(model: onnx.ModelProto, min_rows: int) -> list[str]:
         model.graph.initializer.extend([numpy_helper.from_array(q, f"{base}_int8"),
                                         numpy_helper.from_array(scale.astype(np.float32), f"{base}_scale")])
         out, ids = n.output[0], n.input[1]
-        nodes += [helper.make_node("Gather", [f"{base}_int8", ids], [f"{out}_q"], name=f"{n.name}_int8"),
-                  helper.make_node("Cast", [f"{out}_q"], [f"{out}_f"], to=onnx.TensorProto.FLOAT, name=f"{n.name}_cast"),
-                  helper.make_node("Gather", [f"{base}_scale", ids], [f"{out}_s"], name=f"{n.name}_scale"),
-                  helper.make_node("Mul", [f"{out}_f", f"{out}_s"], [out], name=f"{n.name}_dequant")]
+        new_nodes[k] = [
+            helper.make_node("Gather", [f"{base}_int8", ids], [f"{out}_q"], name=f"{n.name}_int8"),
+            helper.make_node("Cast", [f"{out}_q"], [f"{out}_f"], to=onnx.TensorProto.FLOAT, name=f"{n.name}_cast"),
+            helper.make_node("Gather", [f"{base}_scale", ids], [f"{out}_s"], name=f"{n.name}_scale"),
+            helper.make_node("Mul", [f"{out}_f", f"{out}_s"], [out], name=f"{n.name}_dequant")]
         done.append(base)
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
+    _replace(model, new_nodes)
     return done
+
+
+def pack4(codes: np.ndarray) -> np.ndarray:
+    """4-bit codes (0..15) → uint8, two per byte along the last axis, low nibble first (ORT's layout)."""
+    if codes.shape[-1] % 2:
+        codes = np.pad(codes, [(0, 0)] * (codes.ndim - 1) + [(0, 1)])
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+
+
+def unpack4(packed: np.ndarray, n: int) -> np.ndarray:
+    """The first `n` 4-bit codes of each row of `packed` (pack4's inverse)."""
+    return np.stack([packed & 15, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)[..., :n]
+
+
+def int4_blocks(w: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Asymmetric 4-bit blocks of `block_size` values along each row: (codes uint8 [rows, cols],
+    scales float32 [rows, blocks], zero points uint8 [rows, blocks]).
+
+    Each block's range is widened to hold 0, so its zero point is an integer code in 0..15 and every
+    value is within scale/2 of (code − zero point) · scale; a partial last block is allowed."""
+    rows, cols = w.shape
+    blocks = -(-cols // block_size)
+    padded = np.pad(w, ((0, 0), (0, blocks * block_size - cols)), mode="edge").reshape(rows, blocks, block_size)
+    lo, hi = np.minimum(padded.min(axis=2), 0), np.maximum(padded.max(axis=2), 0)
+    scale = ((hi - lo) / 15).astype(np.float32)
+    scale[scale == 0] = 1.0  # an all-zero block: any scale reproduces it
+    zero = np.clip(np.round(-lo / scale), 0, 15)
+    codes = np.clip(np.round(padded / scale[..., None]) + zero[..., None], 0, 15)
+    return codes.reshape(rows, -1)[:, :cols].astype(np.uint8), scale, zero.astype(np.uint8)
+
+
+def table_report(w: np.ndarray, w_hat: np.ndarray, bytes_after: int, **extra) -> dict:
+    """What a table's quantization cost: its bytes before/after and the reconstruction error |w − ŵ|."""
+    err = np.abs(w.astype(np.float64) - w_hat)
+    return {"rows": int(w.shape[0]), "cols": int(w.shape[1]), **extra, "bytes_before": int(w.nbytes),
+            "bytes_after": int(bytes_after), "max_abs_error": float(err.max()), "mean_abs_error": float(err.mean())}
+
+
+def int4_embeddings(model: onnx.ModelProto, *, block_size: int, min_rows: int) -> list[str]:
+    """Replace each float table Gather with ≥ `min_rows` rows by ORT's GatherBlockQuantized on a packed
+    4-bit table with per-block scales and zero points. Returns the tables converted (in place)."""
+    done, new_nodes = [], {}
+    for k, n, table in list(_tables(model, min_rows)):
+        codes, scale, zero = int4_blocks(numpy_helper.to_array(table), block_size)
+        base = table.name
+        model.graph.initializer.remove(table)
+        model.graph.initializer.extend([numpy_helper.from_array(pack4(codes), f"{base}_int4"),
+                                        numpy_helper.from_array(scale, f"{base}_scales"),
+                                        numpy_helper.from_array(pack4(zero), f"{base}_zero_points")])
+        new_nodes[k] = [helper.make_node(
+            "GatherBlockQuantized", [f"{base}_int4", n.input[1], f"{base}_scales", f"{base}_zero_points"],
+            [n.output[0]], name=f"{n.name}_int4", domain="com.microsoft", bits=4, block_size=block_size,
+            gather_axis=0, quantize_axis=1)]
+        done.append(base)
+    if done:
+        _replace(model, new_nodes)
+        if not any(o.domain == "com.microsoft" for o in model.opset_import):
+            model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return done
+
+
+def int4_report(float_model: onnx.ModelProto, model: onnx.ModelProto) -> dict[str, dict]:
+    """{table: table_report} for each GatherBlockQuantized table of `model`, dequantized from the file
+    and compared with the same table of `float_model`."""
+    floats = {i.name: i for i in float_model.graph.initializer}
+    inits = {i.name: i for i in model.graph.initializer}
+    report = {}
+    for n in model.graph.node:
+        if n.op_type != "GatherBlockQuantized":
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        base, block = n.input[0][:-len("_int4")], attrs["block_size"]
+        w = numpy_helper.to_array(floats[base])
+        data, scale, zeros = (numpy_helper.to_array(inits[n.input[i]]) for i in (0, 2, 3))
+        zero = unpack4(zeros, scale.shape[1]).astype(np.float32)
+        per_value = np.repeat(np.stack([zero, scale]), block, axis=2)[:, :, :w.shape[1]]  # each value's block
+        w_hat = (unpack4(data, w.shape[1]) - per_value[0]) * per_value[1]
+        report[base] = table_report(w, w_hat, data.nbytes + scale.nbytes + zeros.nbytes, block_size=block)
+    return report
+
+
+FUSED_TABLES = ("the word table sits in a fused EmbedLayerNormalization, which has no 4-bit kernel: it stays INT8 "
+                "(QEmbedLayerNormalization); export with OnnxExportConfig(fuse_embeddings=False) for INT4")
+
+
+def embed_int4(src: Path, dst: Path, *, block_size: int, min_rows: int) -> dict:
+    """INT4 word embeddings on any graph; a fused EmbedLayerNormalization keeps INT8, recorded as the fallback."""
+    model = onnx.load(str(src))
+    if any(n.op_type == "EmbedLayerNormalization" for n in model.graph.node):
+        return {**embed_int8(src, dst, min_rows=min_rows), "int4_embeddings": {}, "int4_fallback": FUSED_TABLES}
+    if not int4_embeddings(model, block_size=block_size, min_rows=min_rows):
+        raise EdgebertError(f"no embedding table with >= {min_rows} rows found: "
+                            "lower Int4EmbeddingsConfig(min_rows=...)")
+    onnx.save(model, str(dst))
+    return {"int4_embeddings": int4_report(onnx.load(str(src)), model)}
 
 
 def embed_int8(src: Path, dst: Path, *, min_rows: int) -> dict:

@@ -34,8 +34,13 @@ class Method:
     """One (config, format) implementation and how quantize() prepares its input."""
 
     run: Callable[[Job, object], dict]
-    export_with: object | None  # the export config a module is exported with first (None: the format's default)
+    # the export config a module is exported with first, or a function of the method's config giving it
+    # (None: the format's default)
+    export_with: object | Callable[[object], object] | None
     float_file: bool  # False: the method works on the module alone and needs no float file
+
+    def export_config(self, config):
+        return self.export_with(config) if callable(self.export_with) else self.export_with
 
 
 def register(config_type: type, fmt: str, *, export_with=None, float_file: bool = True):

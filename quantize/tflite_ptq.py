@@ -4,18 +4,24 @@ Op kinds map to TFLite op types; a linear kind left out of static INT8 becomes d
 INT8 (weights int8, activations quantized at run time), never FP32. Embedding lookups only
 support weight-only/dynamic INT8, which is what they get, with one scale for the whole table:
 per-row scales are stored again in every signature's tensor metadata (1.5 MB for MiniLM's
-30522 rows × 4 signatures) and bought no accuracy on SST-2 (89.91% either way).
+30522 rows × 4 signatures) and bought no accuracy on SST-2 (89.91% either way). The word table may
+instead be block-wise INT4 (ai-edge-quantizer's BLOCKWISE_<n> 4-bit EMBEDDING_LOOKUP, which
+ai-edge-litert 2.3.0 runs): its float16 scales live in a buffer the signatures share.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from io import StringIO
 
 import numpy as np
 
 from edgebert.device_tests import HarnessError, backends
 from edgebert.errors import EdgebertError
+
+from .config import Int4EmbeddingsConfig
+from .onnx_ptq import table_report
 
 # ONNX-side kinds → the TFLite ops that implement them (the Adds are not told apart by op type).
 TFLITE_OPS = {
@@ -37,15 +43,65 @@ def tflite_kinds(kinds) -> set[str]:
     return {"elementwise" if k in ELEMENTWISE else k for k in kinds}
 
 
-def _entry(op: str, mode: str) -> dict:
+def _entry(op: str, mode: str, *, regex: str = ".*", weight: dict | None = None) -> dict:
     if mode == "none":
-        return {"regex": ".*", "operation": op, "algorithm_key": "no_quantize"}
-    weight = {**_WEIGHT, "granularity": "TENSORWISE"} if op == "EMBEDDING_LOOKUP" else _WEIGHT
+        return {"regex": regex, "operation": op, "algorithm_key": "no_quantize"}
+    weight = weight or ({**_WEIGHT, "granularity": "TENSORWISE"} if op == "EMBEDDING_LOOKUP" else _WEIGHT)
     config = {"weight_tensor_config": weight, "compute_precision": "INTEGER", "explicit_dequantize": False,
               "skip_checks": False, "min_weight_elements": 0}
     if mode == "static":
         config["activation_tensor_config"] = _ACT
-    return {"regex": ".*", "operation": op, "algorithm_key": "min_max_uniform_quantize", "op_config": config}
+    return {"regex": regex, "operation": op, "algorithm_key": "min_max_uniform_quantize", "op_config": config}
+
+
+def _lookups(flatbuffer: bytes):
+    """(model, subgraph, EMBEDDING_LOOKUP op) for every lookup of the file."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
+
+    model = tfl.read_model(flatbuffer)
+    code = tfl.TFL_OP_NAME_TO_CODE["EMBEDDING_LOOKUP"]
+    for subgraph in model.subgraphs:
+        for op in subgraph.operators:
+            if model.operatorCodes[op.opcodeIndex].builtinCode == code:
+                yield model, subgraph, op
+
+
+def int4_entries(flatbuffer: bytes, int4: Int4EmbeddingsConfig | None) -> list[dict]:
+    """Block-wise INT4 recipe entries for the lookups of tables with >= min_rows rows, by op scope (the
+    recipe's latest matching entry wins, so these override the INT8 EMBEDDING_LOOKUP entry before them)."""
+    if int4 is None:
+        return []
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
+
+    weight = {"num_bits": 4, "symmetric": True, "granularity": f"BLOCKWISE_{int4.block_size}", "dtype": "INT"}
+    return [_entry("EMBEDDING_LOOKUP", "dynamic", weight=weight,
+                   regex=f"^{re.escape(tfl.get_op_scope(op, sg.tensors))}$")
+            for _, sg, op in _lookups(flatbuffer) if sg.tensors[op.inputs[1]].shape[0] >= int4.min_rows]
+
+
+def int4_report(float_flatbuffer: bytes, quantized: bytes) -> dict[str, dict]:
+    """{table: table_report} for each INT4 table of `quantized`, dequantized (signed nibbles, low first,
+    times its block's float16 scale) and compared with the same table of the float file."""
+    floats = {}
+    for model, sg, op in _lookups(float_flatbuffer):
+        t = sg.tensors[op.inputs[1]]
+        floats[t.name] = np.frombuffer(bytes(model.buffers[t.buffer].data), np.float32).reshape(t.shape)
+    report, seen = {}, set()
+    for model, sg, op in _lookups(quantized):
+        t = sg.tensors[op.inputs[1]]
+        details = t.quantization.details if t.quantization is not None else None
+        if t.type != 17 or details is None or t.buffer in seen:  # 17: INT4 in the TFLite schema
+            continue
+        seen.add(t.buffer)
+        packed = np.frombuffer(bytes(model.buffers[t.buffer].data), np.uint8)
+        nibbles = np.stack([packed & 15, packed >> 4], axis=1).reshape(-1)[:int(np.prod(t.shape))]
+        codes = np.where(nibbles > 7, nibbles.astype(np.int16) - 16, nibbles).reshape(t.shape)
+        scales_t = sg.tensors[details.scales]
+        scales = np.frombuffer(bytes(model.buffers[scales_t.buffer].data), np.float16).reshape(scales_t.shape)
+        w_hat = codes * np.repeat(scales.astype(np.float32), details.blockSize, axis=1)[:, :t.shape[1]]
+        name = t.name.decode() if isinstance(t.name, bytes) else t.name
+        report[name] = table_report(floats[t.name], w_hat, packed.nbytes + scales.nbytes, block_size=details.blockSize)
+    return report
 
 
 def recipe(static_kinds: set[str], *, io: str = "float", embeddings: bool = True) -> list[dict]:
@@ -72,14 +128,16 @@ def _run(q, calibration=None) -> bytes:
         return bytes(q.quantize(calibration, enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
 
-def dynamic(flatbuffer: bytes, *, embeddings: bool = True) -> bytes:
-    """Dynamic-range INT8 (ai-edge-quantizer's dynamic_wi8_afp32), optionally leaving embeddings float."""
+def dynamic(flatbuffer: bytes, *, embeddings: bool = True, int4: Int4EmbeddingsConfig | None = None) -> bytes:
+    """Dynamic-range INT8 (ai-edge-quantizer's dynamic_wi8_afp32), optionally leaving embeddings float
+    or making the word table block-wise INT4."""
     entries = [_entry("*", "dynamic"), _entry("EMBEDDING_LOOKUP", "dynamic" if embeddings else "none")]
+    return _run(_quantizer(flatbuffer, entries + int4_entries(flatbuffer, int4)))
+
+
+def embeddings_only(flatbuffer: bytes, int4: Int4EmbeddingsConfig | None = None) -> bytes:
+    entries = [_entry("EMBEDDING_LOOKUP", "dynamic")] + int4_entries(flatbuffer, int4)
     return _run(_quantizer(flatbuffer, entries))
-
-
-def embeddings_only(flatbuffer: bytes) -> bytes:
-    return _run(_quantizer(flatbuffer, [_entry("EMBEDDING_LOOKUP", "dynamic")]))
 
 
 def calibration_feeds(arrays: dict, lengths: dict[int, str], names: list[str], samples: int) -> dict:
@@ -122,6 +180,7 @@ def calibrate(flatbuffer: bytes, arrays: dict, samples: int) -> dict:
 
 
 def static(flatbuffer: bytes, calibration: dict, *, static_kinds: set[str], io: str = "float",
-           embeddings: bool = True) -> bytes:
+           embeddings: bool = True, int4: Int4EmbeddingsConfig | None = None) -> bytes:
     """Full INT8 (static) for `static_kinds`, dynamic-range linear layers elsewhere, float the rest."""
-    return _run(_quantizer(flatbuffer, recipe(static_kinds, io=io, embeddings=embeddings)), calibration)
+    entries = recipe(static_kinds, io=io, embeddings=embeddings) + int4_entries(flatbuffer, int4)
+    return _run(_quantizer(flatbuffer, entries), calibration)

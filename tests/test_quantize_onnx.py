@@ -9,8 +9,8 @@ import pytest
 from edgebert.errors import EdgebertError
 from edgebert.config import Config
 from edgebert.export import Budget, OnnxExportConfig, export, formats
-from edgebert.quantize import (DynamicInt8Config, Int8EmbeddingsConfig, MixedPrecisionConfig, QATConfig,
-                               StaticInt8Config, quantize)
+from edgebert.quantize import (DynamicInt8Config, Int4EmbeddingsConfig, Int8EmbeddingsConfig, MixedPrecisionConfig,
+                               QATConfig, StaticInt8Config, quantize)
 from edgebert.quantize.config import KINDS
 from edgebert.quantize.onnx_ptq import classify
 
@@ -152,7 +152,8 @@ def test_qat_exports_qdq_with_int8_weights(model, data, tmp_path):
 
 
 def test_methods_are_listed_on_the_format_they_write(fused, tmp_path):
-    methods = {DynamicInt8Config, StaticInt8Config, MixedPrecisionConfig, Int8EmbeddingsConfig, QATConfig}
+    methods = {DynamicInt8Config, StaticInt8Config, MixedPrecisionConfig, Int8EmbeddingsConfig, Int4EmbeddingsConfig,
+               QATConfig}
     assert set(formats.get("onnx").quantizers) == set(formats.get("tflite").quantizers) == methods
 
     class Float8Config(Config):

@@ -20,6 +20,7 @@ class EncodedDataset(Dataset):
 
     def __init__(self, split: Split, tokenizer, max_length: int):
         self.task = split.task
+        self.split, self.max_length = split, max_length  # to re-encode it under another tokenizer (vocab)
         self.input_ids, self.token_type_ids, self.labels, self.truncated = encode_split(
             split, tokenizer, max_length
         )

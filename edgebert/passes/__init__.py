@@ -1,4 +1,4 @@
-"""Compression passes, one verb each: finetune, distill, prune, share, pretrain.
+"""Compression passes, one verb each: finetune, distill, prune, share, vocab, pretrain.
 
 Every pass is `verb(model, config, data, *, teacher=None, work_dir=None) -> Result`: `data` is a
 `TaskData`, `config` a small frozen dataclass, and `Result.model` / `Result.record` what it made
@@ -14,8 +14,10 @@ from .share import ShareConfig, factorize_embeddings, share, share_layers, token
 from .surgery import remove_heads, remove_layers, remove_neurons
 from .teacher import TeacherCache
 from .train import Objective, Record, Result, TrainConfig, evaluate, measure, train
+from .vocab import VocabConfig, VocabResult, prune_vocab
 
 __all__ = ["DistillConfig", "FinetuneConfig", "Objective", "PretrainConfig", "PruneConfig", "Record", "Result",
            "ShareConfig", "TeacherCache", "TrainConfig", "distill", "evaluate", "factorize_embeddings", "finetune",
            "importance", "magnitude_prune", "measure", "mlm_accuracy", "pretrain", "pretraining_data", "prune",
-           "remove_heads", "remove_layers", "remove_neurons", "share", "share_layers", "token_frequencies", "train"]
+           "remove_heads", "remove_layers", "remove_neurons", "share", "share_layers", "token_frequencies", "train",
+           "VocabConfig", "VocabResult", "prune_vocab"]

@@ -27,10 +27,11 @@ from edgebert.device_tests.metrics import points
 
 from .. import checkpoint
 from ..errors import EdgebertError
-from .context import Context, State, context, data_fingerprint, log, start_model
+from .context import Context, State, context, data_fingerprint, eval_file, log, retokenize, start_model
 from .recipe import Recipe
 from .report import BASELINE_MARGIN, near_baseline
 from .resources import check_disk
+from .search import search, search_lines
 from .stages import STAGES
 
 
@@ -56,12 +57,14 @@ def _prepare_out(out: Path, *, resume: bool, force: bool, need: int = 0) -> None
 
 
 def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, resume: bool = False,
-            force: bool = False, bench: bool | None = None, rebench: bool = False, on_out=None) -> Path:
+            force: bool = False, bench: bool | None = None, rebench: bool = False, on_out=None,
+            budget: list | None = None, target: str = "local", pick: str = "size") -> Path:
     """Run `recipe` into `out` and return the bundle folder (`out/bundle`).
 
     A resumed run whose stages and bundle are all current changes nothing (not even timings);
     `rebench` rebuilds the bundle with fresh ones. `on_out(out)` is called once the output folder
-    is ready (the CLI starts its log there)."""
+    is ready (the CLI starts its log there). With a `budget` (search.parse_budget's bounds) the bundle
+    is the `pick` of the [search] grid's candidates inside it, measured on `target` (pipeline.search)."""
     out = Path(out).resolve()
     if rebench and bench is False:
         raise EdgebertError("--rebench asks for fresh timings and --no-bench for none: pass one of them")
@@ -74,8 +77,29 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
         on_out(out)
     start = start_model(recipe)
     weights = sorted(start.glob("*.safetensors"))
-    key = _key("start", {k: v for k, v in asdict(recipe).items() if k not in ("stages", "options")},
+    key = _key("start", {k: v for k, v in asdict(recipe).items() if k not in ("stages", "options", "search")},
                sha256(str(weights[0])) if weights else str(start), data_fingerprint(ctx))
+    found = None
+    if budget is None:
+        state, stages, key = _run_stages(ctx, start, key)
+    else:
+        ctx, state, stages, key, found = search(ctx, budget, lambda c, first=key: _run_stages(c, start, first),
+                                                start_key=key, target=target, pick=pick, fresh=rebench)
+    if not state.files:
+        raise EdgebertError("stages: the recipe exports nothing; add \"export\" to stages")
+    bench = True if rebench else recipe.stage("export").bench if bench is None else bench
+    build = _key(key, bench, stages, state.verification, found)  # what the bundle is a function of
+    if not rebench and _current(out / "bundle", build):
+        log("bundle: up to date, nothing to do (--rebench for fresh timings)")
+        return out / "bundle"
+    return build_bundle(ctx, state, stages, out / "bundle", bench=bench, build=build, searched=found)
+
+
+def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict], str]:
+    """Each stage of `ctx.recipe` in order from `start` (chained from the start `key`), from its cache
+    folder when done already: the final state, the stage records and the last stage's key. A vocab stage
+    re-encodes `ctx` in place with its pruned tokenizer (context.retokenize)."""
+    recipe, out = ctx.recipe, ctx.out
     state = State(model=start, files={}, verification={})
     stages = []
     for i, name in enumerate(recipe.stages, 1):
@@ -102,21 +126,16 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
                 raise EdgebertError(f"disk full while writing stage {name} under {out}: free space, then "
                                     "re-run with --resume") from None
             _warn_near_baseline(record, ctx.sources.get("majority_baseline"))  # once: the summary marks it after
-        record = json.loads((dest / "record.json").read_text())
+        record = {**json.loads((dest / "record.json").read_text()), "folder": dest.name}
         if (dest / "model").is_dir():
             state.model = dest / "model"
+        if record.get("new_tokenizer"):  # a vocab stage: the rest of the run reads its tokenizer's ids
+            retokenize(ctx, state.model)
         for file in record.get("files", {}):
             state.files[file] = dest / file
             state.verification[file] = record["files"][file]
         stages.append(record)
-    if not state.files:
-        raise EdgebertError("stages: the recipe exports nothing; add \"export\" to stages")
-    bench = True if rebench else recipe.stage("export").bench if bench is None else bench
-    build = _key(key, bench, stages, state.verification)  # what the bundle is a function of
-    if not rebench and _current(out / "bundle", build):
-        log("bundle: up to date, nothing to do (--rebench for fresh timings)")
-        return out / "bundle"
-    return build_bundle(ctx, state, stages, out / "bundle", bench=bench, build=build)
+    return state, stages, key
 
 
 def _warn_near_baseline(record: dict, baseline: dict | None) -> None:
@@ -173,12 +192,10 @@ def _bench_files(ctx: Context, state: State, labels: list[str]) -> dict[str, dic
     from ..bench import bench
     from .report import error_breakdown
 
-    eval_file = ctx.out / "work" / "eval.npz"
-    eval_file.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(eval_file, **ctx.eval_arrays)
+    inputs = eval_file(ctx)
     results = {}
     for name, path in sorted(state.files.items()):
-        run = bench(path, inputs=eval_file, target="local", threads=1, warmup=5, runs=50, log=log)["runs"][0]
+        run = bench(path, inputs=inputs, target="local", threads=1, warmup=5, runs=50, log=log)["runs"][0]
         results[name] = {"latency_ms": run["latency_ms"], "latency_runs_ms": run["latency_runs_ms"],
                          "metric": run.get("metric"), "metrics": {k: run[k] for k in NAMES if k in run},
                          "peak_rss_mb": run["peak_rss_mb"], "load_ms": run["load_ms"],
@@ -186,7 +203,7 @@ def _bench_files(ctx: Context, state: State, labels: list[str]) -> dict[str, dic
                          "device": run["device"], "runtime": run["runtime"],
                          "errors": error_breakdown(run.get("predictions"), ctx.eval_arrays.get("labels"), labels)}
         if path.suffix == ".onnx":
-            data_set = EvalSet(str(eval_file))
+            data_set = EvalSet(str(inputs))
             results[name]["profile"] = profile_onnx(str(path), data_set, list(range(min(20, data_set.n))),
                                                     threads=1, warmup=3)
     return results
@@ -209,7 +226,7 @@ def _baselines(out: Path, dest: Path) -> dict | None:
 
 
 def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, bench: bool,
-                 build: str | None = None) -> Path:
+                 build: str | None = None, searched: dict | None = None) -> Path:
     from .bundle import write_bundle
 
     task = ctx.task
@@ -225,7 +242,7 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
                                 "bytes": record["bytes"], "flops": record["flops_128"],
                                 "metrics": record["metrics"], "wall_s": record["wall_s"]})
         if bench and metric is not None:
-            model_dir = next(ctx.out.glob(f"stages/*-{record['name']}-*/model"))
+            model_dir = ctx.out / "stages" / record["folder"] / "model"  # this run's (a search makes several)
             chart.append({"stage": record["name"], "format": "pytorch", "metric": points(metric),
                            "latency_ms": _torch_latency(model_dir, ctx.eval_arrays), "bytes": record["bytes"],
                            "metric_name": task.metric})
@@ -248,6 +265,7 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
         "bench_local": measured,
         "build": build,
         "baselines": _baselines(ctx.out, dest),
+        "search": searched,  # compile --budget's candidates (pipeline.search), else None
     }
     bundle = write_bundle(dest, models=state.files, tokenizer_dir=ctx.tokenizer_dir, labels=labels,
                           eval_arrays=ctx.eval_arrays, manifest=manifest, report_points=chart,
@@ -275,7 +293,7 @@ def summary_data(bundle: Path) -> dict:
         s["near_baseline"] = near_baseline(m["metrics"].get("accuracy"), baseline)
     return {"bundle": str(bundle), "metric": metric, "stages": stages, "files": files,
             "majority_baseline": {**baseline, "accuracy": points(baseline["accuracy"])} if baseline else None,
-            "unk_rate": data.get("unk_rate")}
+            "unk_rate": data.get("unk_rate"), "search": manifest.get("search")}
 
 
 def summary(bundle: Path) -> str:
@@ -302,5 +320,7 @@ def summary(bundle: Path) -> str:
     for f in data["files"]:
         lines.append(f"{f['file']:<20} {f['bytes'] / 1e6:>8.1f} {num(f['max_abs_diff'], '.2g'):>10} "
                      f"{num(f['agreement'], '.3f'):>7} {num(f[metric], '.2f'):>8} {num(f['p50_ms'], '.2f'):>8}")
+    if data["search"]:
+        lines.extend(["", *search_lines(data["search"])])
     lines.append(f"\nbundle: {bundle} (report.html, manifest.json)")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from .. import checkpoint, data, tokenizer as tokenization
 from ..errors import EdgebertError
 from ..checkpoint import TOKENIZER_FILES
 from ..model import HeadConfig, TaskModel, encoder_of, with_head
+from ..passes.vocab import check_prunable
 from .resources import check_memory
 
 
@@ -32,7 +33,7 @@ class Context:
     task: data.Task
     sources: dict  # the data read: each file's path, sha256 and rows; how a carved dev split was made
     out: Path
-    tokenizer_dir: Path
+    tokenizer_dir: Path  # the tokenizer of the current model's ids: the start model's, or a vocab stage's
     data: data.TaskData  # train and eval splits, and the tokenizer, as every pass takes them
     eval_arrays: dict
     calibration: dict
@@ -144,18 +145,14 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
         raise EdgebertError(f"the tokenizer in {tokenizer_dir} has {len(tok)} tokens but the model embeds only "
                             f"{encoder.vocab_size}: use the tokenizer the model was trained with")
     check_recipe(recipe, encoder)
+    if "vocab" in recipe.stages:
+        check_prunable(tok)
     train_split, eval_split, sources = _splits(recipe, data_dir)
     task = train_split.task
     train_split = _limited(train_split, recipe.train_limit, recipe.seed)
     eval_split = _limited(eval_split, recipe.eval_limit, recipe.seed)
-    calibration_split = _limited(train_split, recipe.stage("quantize").calibration_size, recipe.seed + 1)
-    ctx = Context(
-        recipe=recipe, task=task, sources=sources, out=out, tokenizer_dir=tokenizer_dir,
-        data=data.TaskData(data.EncodedDataset(train_split, tok, recipe.max_length),
-                           data.EncodedDataset(eval_split, tok, recipe.max_length), tok),
-        eval_arrays=data.pretokenize_eval(eval_split, tok, recipe.max_length),
-        calibration=data.pretokenize_eval(calibration_split, tok, recipe.max_length),
-    )
+    ctx = Context(recipe=recipe, task=task, sources=sources, out=out, tokenizer_dir=tokenizer_dir,
+                  **_encoded(recipe, train_split, eval_split, tok))
     sources["unk_rate"] = {key: round(_warn_unknown(split.input_ids, tok, f"{task.name} {name} data"), 6)
                            for key, name, split in (("train", "training", ctx.data.train),
                                                     ("eval", "eval", ctx.data.eval))}
@@ -168,6 +165,24 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
         log(f"eval majority-class baseline: accuracy {points(counts.max() / counts.sum()):.2f} "
             f"(always {task.labels[int(counts.argmax())]!r}); the model should beat it by more than a few points")
     return ctx
+
+
+def _encoded(recipe, train_split: data.Split, eval_split: data.Split, tok) -> dict:
+    """The Context fields that hold token ids: the passes' data, the eval arrays and the calibration set."""
+    calibration_split = _limited(train_split, recipe.stage("quantize").calibration_size, recipe.seed + 1)
+    return {"data": data.TaskData(data.EncodedDataset(train_split, tok, recipe.max_length),
+                                  data.EncodedDataset(eval_split, tok, recipe.max_length), tok),
+            "eval_arrays": data.pretokenize_eval(eval_split, tok, recipe.max_length),
+            "calibration": data.pretokenize_eval(calibration_split, tok, recipe.max_length)}
+
+
+def retokenize(ctx: Context, folder: Path) -> None:
+    """Re-encode `ctx` in place with the tokenizer in `folder` (a vocab stage's model), which the later
+    stages, the eval set and the bundle then use: the model's ids are that tokenizer's from here on."""
+    tok = tokenization.load_tokenizer(folder)
+    for name, value in _encoded(ctx.recipe, ctx.data.train.split, ctx.data.eval.split, tok).items():
+        setattr(ctx, name, value)
+    ctx.tokenizer_dir = folder
 
 
 UNKNOWN_WARN = 0.05  # above this share of [UNK] tokens the model cannot read the text
@@ -202,11 +217,22 @@ def check_recipe(recipe, encoder) -> None:
         if d.layers is not None and d.layers > encoder.num_layers:
             raise EdgebertError(f"distill.layers: {d.layers} is more than the start model's {encoder.num_layers} "
                                 f"layers; use 1..{encoder.num_layers}")
+    corpus = recipe.stage("vocab").corpus if "vocab" in stages else None
+    if corpus is not None and not Path(corpus).is_file():
+        raise EdgebertError(f"vocab.corpus: {corpus} is not a file; pass a UTF-8 text file, one text per line")
     if stages & {"quantize", "export"}:
         too_long = [t for t in recipe.stage("export").seq_lens if t > recipe.max_length]
         if too_long:
             raise EdgebertError(f"export.seq_lens: {too_long[0]} is longer than max_length {recipe.max_length}, so the "
                                 f"tokenizer never fills it; use lengths up to {recipe.max_length}")
+
+
+def eval_file(ctx: Context) -> Path:
+    """The eval split as the harness reads it (OUT/work/eval.npz), for every bench a compile runs."""
+    path = ctx.out / "work" / "eval.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **ctx.eval_arrays)
+    return path
 
 
 def data_fingerprint(ctx: Context) -> str:

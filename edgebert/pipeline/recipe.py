@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..data import DataConfig, is_data_file
 from ..errors import EdgebertError
+from .search import SearchConfig
 from .stages import STAGES, order
 
 
@@ -45,12 +46,13 @@ class Recipe:
     on_bad_row: str = "error"  # a malformed data row: "error" stops at it (file:line), "skip" counts and warns
     stages: list[str] = field(default_factory=lambda: ["finetune", "distill", "prune", "quantize", "export"])
     options: dict[str, object] = field(default_factory=dict)  # stage name -> its options (the registry's type)
+    search: SearchConfig = field(default_factory=SearchConfig)  # the [search] grid `compile --budget` tries
 
     def stage(self, name: str):
         return self.options[name]
 
 
-_TOP = {f.name for f in fields(Recipe)} - {"options", "data"}
+_TOP = {f.name for f in fields(Recipe)} - {"options", "data", "search"}
 
 
 def parse(text: str, *, source: str = "recipe") -> Recipe:
@@ -72,6 +74,8 @@ def parse(text: str, *, source: str = "recipe") -> Recipe:
         values.update(task=None, data=build(DataConfig, tables.pop("data"), "data"))
     elif is_data_file(values.get("task") or ""):
         values.update(task=None, data=DataConfig(train=values["task"]))
+    if "search" in tables:
+        values["search"] = build(SearchConfig, tables.pop("search"), "search")
     for name in tables:
         if name not in STAGES:
             raise EdgebertError(f"[{name}]: unknown stage table; known stages: {', '.join(order())}")

@@ -49,7 +49,8 @@ def render(record: dict, chart: list[dict]) -> str:
         pareto_chart=_pareto_chart(chart, best) if chart else None,
         latency_chart=_latency_chart(runs) if runs else None,
         machine=_machine(record), versions=record.get("versions") or {},
-        baselines=record.get("baselines"), contract=_contract(record), top_ops=TOP_OPS) + "\n"
+        baselines=record.get("baselines"), contract=_contract(record), top_ops=TOP_OPS,
+        search=record.get("search")) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from pathlib import Path
 from edgebert.config import Config
 from edgebert.errors import EdgebertError
 from edgebert.export import Budget, export, formats
-from edgebert.quantize import DynamicInt8Config, MixedPrecisionConfig, QATConfig, StaticInt8Config, quantize
+from edgebert.quantize import (DynamicInt8Config, Int4EmbeddingsConfig, MixedPrecisionConfig, QATConfig,
+                               StaticInt8Config, quantize)
 from edgebert.quantize.config import host_target
 
 from ..context import Context, State, task_model
@@ -30,12 +31,19 @@ class QuantizeStageConfig(Config):
     accuracy_budget: float = 1.0  # points of the task metric an INT8 file may lose, else compile fails
     calibration_size: int = 128  # training examples for static calibration and QAT
     calibration_method: str = "minmax"  # minmax | percentile | entropy
+    embeddings: str = "int8"  # int8 | int4 (block-wise word table; a runtime without the kernel keeps INT8, recorded)
 
     def __post_init__(self):
         for fmt, choices in METHODS.items():
             if getattr(self, fmt) not in choices:
                 raise EdgebertError(f"quantize.{fmt}: unknown method {getattr(self, fmt)!r}; use one of "
                                     f"{', '.join(choices)}")
+        if self.embeddings not in ("int8", "int4"):
+            raise EdgebertError(f"quantize.embeddings: unknown precision {self.embeddings!r}; use int8 or int4")
+        no_int4 = [f"{fmt} = {getattr(self, fmt)!r}" for fmt in METHODS if getattr(self, fmt) in ("qat", "fp16")]
+        if self.embeddings == "int4" and no_int4:
+            raise EdgebertError(f"quantize.embeddings = 'int4' does not apply to {', '.join(no_int4)}: "
+                                "use embeddings = 'int8' or another method")
 
     @property
     def budget(self) -> Budget:
@@ -50,12 +58,13 @@ def export_config(fmt: formats.Format, export_options, **changes):
 
 
 def _method_config(method: str, q: QuantizeStageConfig, export_options):
+    int4 = {"int4_embeddings": Int4EmbeddingsConfig()} if q.embeddings == "int4" else {}
     if method == "dynamic":
-        return DynamicInt8Config(target=q.target)
+        return DynamicInt8Config(target=q.target, **int4)
     if method in ("static", "full"):
-        return StaticInt8Config(target=q.target, method=q.calibration_method)
+        return StaticInt8Config(target=q.target, method=q.calibration_method, **int4)
     if method == "mixed":
-        return MixedPrecisionConfig(budget=q.budget, target=q.target, method=q.calibration_method)
+        return MixedPrecisionConfig(budget=q.budget, target=q.target, method=q.calibration_method, **int4)
     return QATConfig(target=q.target, seq_lens=tuple(export_options.seq_lens))
 
 
