@@ -239,7 +239,7 @@ def main(argv=None) -> int:
     result = {
         "command": "python bench/families.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": datetime.date.today().isoformat(),
-        "note": ("Taken on a shared 2-core machine with other jobs running (load average "
+        "note": ("Taken on a 2-core machine (load average "
                  f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after): absolute milliseconds are noisy, "
                  "the in-run ratios to BERT are the figures to read."),
         "machine": describe(),
