@@ -71,12 +71,12 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     if force and resume:
         raise EdgebertError("--force deletes the output folder and --resume continues it: pass one of them")
     ctx = context(recipe, out, data_dir)  # bad data or recipe fails here, before anything is written
-    weights = sum(f.stat().st_size for f in start_model(recipe).glob("*.safetensors"))
-    _prepare_out(out, resume=resume, force=force, need=4 * weights)  # stage models, ONNX, TFLite, bundle
-    if on_out:
-        on_out(out)
     start = start_model(recipe)
     weights = sorted(start.glob("*.safetensors"))
+    need = 4 * sum(f.stat().st_size for f in weights)  # stage models, ONNX, TFLite, bundle
+    _prepare_out(out, resume=resume, force=force, need=need)
+    if on_out:
+        on_out(out)
     key = _key("start", {k: v for k, v in asdict(recipe).items() if k not in ("stages", "options", "search")},
                sha256(str(weights[0])) if weights else str(start), data_fingerprint(ctx))
     found = None
