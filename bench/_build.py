@@ -94,7 +94,7 @@ def build_tflite(model_dir: str, out: Path, seq_lens: tuple[int, ...], int8: dic
 
     import edgebert
     from edgebert.export import TFLiteExportConfig, export
-    from edgebert.quantize import DynamicInt8Config, quantize
+    from edgebert.quantize import DynamicInt8Config, Int4EmbeddingsConfig, quantize
 
     torch.set_num_threads(1)
     model = edgebert.load(model_dir)
@@ -102,13 +102,17 @@ def build_tflite(model_dir: str, out: Path, seq_lens: tuple[int, ...], int8: dic
     t0 = time.time()
     export(model, TFLiteExportConfig(seq_lens=seq_lens), out=out / "fp32.tflite")
     steps["export_s"] = round(time.time() - t0, 1)
-    config = DynamicInt8Config(**(int8 or {}))
+    options = dict(int8 or {})
+    if options.get("int4_embeddings") is not None:  # the manifest records it as a table
+        options["int4_embeddings"] = Int4EmbeddingsConfig(**options["int4_embeddings"])
+    config = DynamicInt8Config(**options)
     t0 = time.time()
     quantize(out / "fp32.tflite", config, out=out / "int8.tflite")
     steps["quantize_s"] = round(time.time() - t0, 1)
     return {"files": {"fp32": "fp32.tflite", "int8": "int8.tflite"}, "seq_lens": list(seq_lens),
             "int8_config": {"type": type(config).__name__, "per_channel": config.per_channel, "target": config.target,
-                            "int8_embeddings": config.int8_embeddings},
+                            "int8_embeddings": config.int8_embeddings,
+                            "int4_embeddings": options.get("int4_embeddings") and options["int4_embeddings"].to_dict()},
             "steps": steps, "versions": versions("litert-torch", "ai-edge-quantizer", "ai-edge-litert", "torch")}
 
 

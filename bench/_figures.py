@@ -162,23 +162,24 @@ def stage_costs(manifest: dict) -> dict:
     """What each compile stage cost, from the bundle's manifest (measured during the compile)."""
     pareto = {p["stage"]: p for p in manifest.get("pareto", []) if p.get("format") == "pytorch"}
     stages = []
+    task_metric = manifest.get("task", {}).get("metric", "accuracy")
     for s in manifest.get("stages", []):
-        metric = s.get("metrics", {}).get(manifest.get("task", {}).get("metric", "accuracy"))
         stages.append({"name": s["name"], "params": s.get("params", {}).get("total"), "bytes": s.get("bytes"),
-                       "flops_128": s.get("flops"), "accuracy": metric,
+                       "flops_128": s.get("flops"), "accuracy": s.get("metrics", {}).get(task_metric),
+                       "validation": s.get("validation", {}).get(task_metric),
                        "pytorch_p50_ms": pareto.get(s["name"], {}).get("latency_ms"), "wall_s": s.get("wall_s")})
     files = {}
     for name, b in manifest.get("bench_local", {}).items():
         v = manifest.get("verification", {}).get(name, {})
-        task_metric = manifest.get("task", {}).get("metric", "accuracy")
         files[name] = {"p50_ms": b.get("latency_ms", {}).get("p50"), "accuracy": b.get("metrics", {}).get(task_metric),
                        "bytes": manifest.get("files", {}).get(name, {}).get("bytes"),
                        "method": (v.get("meta") or {}).get("method"),
                        "agreement": (v.get("verify") or {}).get("agreement"),
                        "metric_drop": (v.get("verify") or {}).get("metric_drop")}
-    return {"stages": stages, "files": files, "recipe": manifest.get("recipe"),
+    return {"stages": stages, "files": files, "recipe": manifest.get("recipe"), "metric": task_metric,
             "quantization": manifest.get("quantization"),
-            "eval_examples": manifest.get("eval", {}).get("examples")}
+            "eval_examples": manifest.get("eval", {}).get("examples"),
+            "validation_rows": (manifest.get("data") or {}).get("validation", {}).get("rows")}
 
 
 def targets(result: dict) -> list[dict]:

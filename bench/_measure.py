@@ -17,6 +17,7 @@ import numpy as np
 from _figures import CONDITIONS, DISTS, PAD, _f, _load_entry, summarize
 from _timing import timed_rows
 
+from edgebert.device_tests.evalset import pick_rows
 from edgebert.device_tests.files import sha256, write_bytes
 from edgebert.device_tests.versions import versions
 
@@ -148,10 +149,14 @@ def eval_sets(teacher: Path, bundle: Path, data_dir: str | None, work: Path, row
     out = {}
     arrays_by_who = {}
     for who, folder in (("teacher", teacher), ("student", bundle)):
-        arrays = pretokenize_eval("sst2", load_tokenizer(folder), PAD, data_dir=data_dir)
+        tok = load_tokenizer(folder)
+        # A bundle's tokenizer says its recipe's max_length (64 by default); padding to PAD is this bench's
+        # condition, which the ONNX file's 512 positions and the seq_PAD TFLite file built here both take.
+        tok.model_max_length = max(tok.model_max_length, PAD)
+        arrays = pretokenize_eval("sst2", tok, PAD, data_dir=data_dir)
         if rows and rows < len(arrays["lengths"]):
             keep = np.sort(np.random.default_rng(seed).choice(len(arrays["lengths"]), rows, replace=False))
-            arrays = {k: v[keep] for k, v in arrays.items()}
+            arrays = pick_rows(arrays, keep)
         arrays_by_who[who] = arrays
     same = all(np.array_equal(arrays_by_who["teacher"][k], arrays_by_who["student"][k]) for k in arrays_by_who["teacher"])
     for who, arrays in arrays_by_who.items():
@@ -168,7 +173,7 @@ def timing_subset(source: Path, rows: int, seed: int, dest: Path) -> Path:
         arrays = {k: f[k] for k in f.files}
     n = len(arrays["lengths"])
     keep = np.random.default_rng(1000 + seed).choice(n, min(rows, n), replace=False)
-    np.savez(dest, **{k: v[keep] for k, v in arrays.items()})
+    np.savez(dest, **pick_rows(arrays, keep))
     return dest
 
 
@@ -202,7 +207,8 @@ def student_checkpoint(bundle: Path, manifest: dict, explicit: str | None) -> tu
 def tflite_int8_options(manifest: dict) -> dict:
     """The DynamicInt8Config options the compile used for the bundle's model.tflite."""
     config = manifest.get("verification", {}).get("model.tflite", {}).get("meta", {}).get("config", {})
-    return {k: config[k] for k in ("per_channel", "target", "int8_embeddings") if k in config}
+    return {k: config[k] for k in ("per_channel", "target", "int8_embeddings", "int4_embeddings")
+            if config.get(k) is not None}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import json
 import sys
 from pathlib import Path
 
+from _figures import stage_costs
 from _measure import ROOT, log, run
 from _render import render
 
@@ -34,6 +35,8 @@ from edgebert.device_tests.files import write_bytes, write_json
 
 TEACHER = ROOT.parent / "shared" / "models" / "minilm-l6-sst2"
 BUNDLE = ROOT / "runs" / "default" / "bundle"
+MRPC_BUNDLE = ROOT / "runs" / "mrpc" / "bundle"
+MRPC_COMMAND = "edgebert compile edgebert/recipes/mrpc-minilm.toml --out runs/mrpc"
 WORK = ROOT / "runs" / "compare"
 RESULTS = ROOT / "bench" / "results" / "compare.json"
 MARKDOWN = ROOT / "BENCHMARKS.md"
@@ -57,6 +60,9 @@ def main(argv=None) -> int:
     p.add_argument("--omp-passive", action="store_true", help="run children with OMP_WAIT_POLICY=PASSIVE")
     p.add_argument("--wait-quiet", type=float, metavar="MINUTES",
                    help="first wait up to MINUTES until other processes use < 0.25 cores (30 s windows)")
+    p.add_argument("--mrpc-bundle", default=str(MRPC_BUNDLE),
+                   help="the MRPC bundle of `edgebert compile edgebert/recipes/mrpc-minilm.toml --out runs/mrpc` "
+                        "(its figures go beside SST-2's when it exists)")
     p.add_argument("--render", action="store_true", help="only regenerate --markdown from --results")
     args = p.parse_args(argv)
     # A smoke run never replaces the reference figures unless told to.
@@ -70,6 +76,9 @@ def main(argv=None) -> int:
 
         torch.set_num_threads(1)  # this process only tokenizes and loads configs; children do the timing
         result = run(args)
+        mrpc = Path(args.mrpc_bundle) / "manifest.json"
+        if mrpc.is_file():
+            result["mrpc"] = {**stage_costs(json.loads(mrpc.read_text())), "command": MRPC_COMMAND}
         write_json(args.results, result, indent=1)
         log(f"results: {args.results}")
     write_bytes(args.markdown, render(result).encode())

@@ -18,6 +18,11 @@ def task_entry(name: str, kind: str, metric: str, labels) -> np.ndarray:
     return np.array([json.dumps({"name": name, "kind": kind, "metric": metric, "labels": list(labels)})])
 
 
+def pick_rows(arrays: dict, rows) -> dict:
+    """The eval set's examples at `rows` (an index array), the task entry kept whole."""
+    return {k: v if k == TASK else v[rows] for k, v in arrays.items()}
+
+
 def task_of(arrays: dict, where: str = "the eval set") -> dict | None:
     """{name, kind, metric, labels} from the `task` entry; without one, read off the labels (float:
     regression by Pearson, else classification by accuracy); None without labels either."""

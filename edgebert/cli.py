@@ -54,6 +54,9 @@ def _inspect(args: argparse.Namespace) -> None:
 
 
 RECIPES = Path(__file__).parent / "recipes"
+QUICK_TRADE = ("edgebert: --quick trains on 3,000 SST-2 sentences for a few hundred steps per stage, minutes instead "
+               "of the full recipe's hours, and its model is far less accurate (sst2-minilm-quick.toml says by how "
+               "much): a first look and a CI check, not a model to ship")
 
 
 def _compile(args: argparse.Namespace) -> None:
@@ -65,6 +68,8 @@ def _compile(args: argparse.Namespace) -> None:
         raise EdgebertError("--quick picks the packaged quick recipe: pass either a RECIPE or --quick")
     source = Path(args.recipe) if args.recipe else RECIPES / ("sst2-minilm-quick.toml" if args.quick else "sst2-minilm.toml")
     recipe = recipes.load(source)
+    if args.quick:
+        print(QUICK_TRADE, file=sys.stderr, flush=True)
     overrides = {name: getattr(args, name) for name in ("model", "teacher", "on_bad_row") if getattr(args, name)}
     recipe = recipes.with_data(replace(recipe, **overrides), args.task, dev=args.dev_file, text=args.text_column,
                                pair=args.pair_column, label=args.label_column, kind=args.kind)

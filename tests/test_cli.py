@@ -111,3 +111,9 @@ def test_inspect_says_which_delegates_could_take_a_tflite_file(tiny):
     assert json.loads(_edgebert("inspect", tiny["int8"] / "model.tflite", "--json").stdout)["ops"]["hybrid"] > 0
     bad = _edgebert("inspect", tiny["bundle"] / "eval.npz.tflite")
     assert bad.returncode == 2 and bad.stderr.startswith("edgebert: error: cannot read")
+
+
+def test_quick_says_what_it_trades_away(tmp_path):
+    proc = _edgebert("compile", "--quick", "--out", tmp_path / "out", "--data", tmp_path)  # no data: stops early
+    assert proc.returncode == 2 and "sst2" in proc.stderr.splitlines()[-1]
+    assert "--quick trains on 3,000 SST-2 sentences" in proc.stderr and "not a model to ship" in proc.stderr

@@ -65,6 +65,23 @@ def test_bundle_holds_what_an_app_needs(finished):
     assert check["agreement"] > 0.9 and check["metric_drop"] <= 0.10 and check["max_abs_diff"] < 0.5
     assert (bundle / "labels.txt").read_text() == "negative\npositive\n"
     assert "distill" in compiler.summary(bundle)
+    assert "checkpoints chosen on 9 training examples held out (validation)" in compiler.summary(bundle)
+    assert set(manifest["stages"][0]["validation"]) == set(manifest["stages"][0]["metrics"])  # chosen on, beside dev
+
+
+def test_checkpoints_are_chosen_on_training_examples_held_out(tiny_checkpoint, tiny_sst2, tmp_path):
+    from edgebert.pipeline.context import context
+
+    ctx = context(_recipe(tiny_checkpoint), tmp_path / "a", str(tiny_sst2))
+    whole = context(_recipe(tiny_checkpoint, validation=0), tmp_path / "b", str(tiny_sst2))
+    assert whole.data.validation is None and len(whole.data.train) == 96
+    assert (len(ctx.data.train), len(ctx.data.validation), len(ctx.data.eval)) == (87, 9, 32)  # a tenth at most
+    texts = lambda d: [e.text for e in d.split.examples]
+    assert sorted(texts(ctx.data.train) + texts(ctx.data.validation)) == sorted(texts(whole.data.train))
+    assert texts(ctx.data.eval) == texts(whole.data.eval)  # the reported split is untouched
+    assert ctx.sources["validation"] == {"carved_from": "train", "rows": 9, "seed": 44}
+    with pytest.raises(EdgebertError, match="^validation: expected a non-negative int"):
+        recipes.parse("validation = -1")
 
 
 def test_float_files_agree_with_pytorch(tiny_checkpoint, tiny_sst2, tmp_path):
@@ -85,6 +102,16 @@ def test_unchanged_rerun_does_no_work(finished, tiny_checkpoint, tiny_sst2, monk
         monkeypatch.setitem(STAGES, name, replace(STAGES[name], run=refuse))
     again = compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2), resume=True)
     assert _hashes(again) == before
+
+
+def test_stages_alone_are_the_stages_a_compile_reuses(finished, tiny_checkpoint, tiny_sst2, monkeypatch):
+    out, bundle = finished
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    for name in ("finetune", "distill"):
+        monkeypatch.setitem(STAGES, name, replace(STAGES[name], run=lambda *a, **k: pytest.fail("a stage ran again")))
+    records = compiler.run_stages(_recipe(tiny_checkpoint, stages=["finetune", "distill"]), out, data_dir=str(tiny_sst2))
+    assert [r["name"] for r in records] == ["finetune", "distill"]
+    assert [r["metrics"] for r in records] == [s["metrics"] for s in manifest["stages"]]
 
 
 def test_interrupted_stage_resumes_to_the_same_bundle(finished, tiny_checkpoint, tiny_sst2, tmp_path, monkeypatch):

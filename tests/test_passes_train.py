@@ -32,6 +32,18 @@ def test_finetune_every_task_kind(task, labels, kind, metric, tmp_path):
     roundtrip(model, tmp_path)
 
 
+def test_the_best_is_chosen_on_validation_and_reported_on_eval():
+    torch.manual_seed(0)
+    data = tiny_data(256)
+    flipped = [{**item, "labels": 1 - item["labels"]} for item in data[:64]]  # scores as 1 - eval accuracy
+    record = finetune(tiny_model(), config(steps=100, batch_size=16, eval_every=25),
+                      TaskData(data, data[:64], validation=flipped)).record
+    chosen = [h[2]["accuracy"] for h in record.details["history"]]  # the validation figures
+    assert record.details["validation"]["accuracy"] == max(chosen)
+    assert record.metrics["accuracy"] == pytest.approx(1 - max(chosen))  # eval, of the chosen checkpoint
+    assert record.metrics["accuracy"] < 1 - min(chosen)  # choosing on eval would have kept a better one
+
+
 def test_finetune_learns_and_keeps_the_best():
     torch.manual_seed(0)
     data = tiny_data(256)

@@ -11,12 +11,12 @@ from .evalset import pretokenize_eval
 from .metrics import compute_metrics
 from .mlm import MLMCollator, nsp_pairs
 from .readers import load_task
-from .tables import DataConfig, is_data_file, load_data, load_hf, load_table
+from .tables import DataConfig, carve, is_data_file, load_data, load_hf, load_table
 from .tasks import CONLL_TAGS, DEFAULT_DATA, IGNORE, KINDS, TASKS, Example, Split, Task, data_root, get_task
 
 __all__ = [
     "CONLL_TAGS", "DEFAULT_DATA", "IGNORE", "KINDS", "TASKS", "BucketBatchSampler", "DataConfig", "EncodedDataset",
-    "Example", "MLMCollator", "PadCollator", "Split", "Task", "TaskData", "compute_metrics", "data_root", "encode_split",
+    "Example", "MLMCollator", "PadCollator", "Split", "Task", "TaskData", "carve", "compute_metrics", "data_root", "encode_split",
     "get_task", "is_data_file", "load_data", "load_hf", "load_table", "load_task", "make_loader", "nsp_pairs", "pad",
     "pretokenize_eval",
 ]

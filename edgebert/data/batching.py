@@ -39,12 +39,20 @@ class EncodedDataset(Dataset):
 
 @dataclass(frozen=True)
 class TaskData:
-    """What a pass trains and evaluates on: encoded train and eval splits, and the tokenizer that
-    encoded them (distillation's MLM objective and augmentation need it)."""
+    """What a pass trains and evaluates on: encoded train and eval splits, the tokenizer that
+    encoded them (distillation's MLM objective and augmentation need it), and optionally a
+    validation split carved from the training data, which "keep the best" then chooses by so that
+    the eval split's figures are not chosen on the eval split itself."""
 
     train: EncodedDataset
     eval: EncodedDataset | None = None
     tokenizer: Any = None
+    validation: EncodedDataset | None = None
+
+    @property
+    def choose_on(self) -> EncodedDataset | None:
+        """The split checkpoints are chosen by: the validation split, else the eval split."""
+        return self.validation if self.validation is not None else self.eval
 
 
 class PadCollator:

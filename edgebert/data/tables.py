@@ -248,11 +248,16 @@ def _carve(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     if n - size < 1:
         raise EdgebertError(f"data.dev_fraction: train holds {n} examples, too few to carve a dev split from; "
                             "add rows or give a dev file (data.dev)")
-    order = list(range(n))
+    return carve(train, size, seed, name="dev")
+
+
+def carve(split: Split, size: int, seed: int, *, name: str) -> tuple[Split, Split]:
+    """(the rest, `size` seeded-random examples named `name`) of `split`, each in file order."""
+    order = list(range(len(split)))
     random.Random(seed).shuffle(order)
-    dev = set(order[:size])
-    return (replace(train, examples=[e for i, e in enumerate(train.examples) if i not in dev]),
-            replace(train, name="dev", examples=[e for i, e in enumerate(train.examples) if i in dev]))
+    picked = set(order[:size])
+    return (replace(split, examples=[e for i, e in enumerate(split.examples) if i not in picked]),
+            replace(split, name=name, examples=[e for i, e in enumerate(split.examples) if i in picked]))
 
 
 def load_data(config: DataConfig, *, seed: int, on_bad_row: str = "error") -> tuple[Split, Split, dict]:

@@ -6,6 +6,7 @@ and what that costs. Each trains through the shared loop in `train.py` (resumabl
 seeded, DDP-ready).
 """
 
+from .augment import AugmentConfig, augment
 from .distill import DistillConfig, distill
 from .finetune import FinetuneConfig, finetune
 from .pretrain import PretrainConfig, mlm_accuracy, pretrain, pretraining_data
@@ -16,8 +17,8 @@ from .teacher import TeacherCache
 from .train import Objective, Record, Result, TrainConfig, evaluate, measure, train
 from .vocab import VocabConfig, VocabResult, prune_vocab
 
-__all__ = ["DistillConfig", "FinetuneConfig", "Objective", "PretrainConfig", "PruneConfig", "Record", "Result",
-           "ShareConfig", "TeacherCache", "TrainConfig", "distill", "evaluate", "factorize_embeddings", "finetune",
+__all__ = ["AugmentConfig", "DistillConfig", "FinetuneConfig", "Objective", "PretrainConfig", "PruneConfig", "Record", "Result",
+           "ShareConfig", "TeacherCache", "TrainConfig", "augment", "distill", "evaluate", "factorize_embeddings", "finetune",
            "importance", "magnitude_prune", "measure", "mlm_accuracy", "pretrain", "pretraining_data", "prune",
            "remove_heads", "remove_layers", "remove_neurons", "share", "share_layers", "token_frequencies", "train",
            "VocabConfig", "VocabResult", "prune_vocab"]

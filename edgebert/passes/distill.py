@@ -9,6 +9,9 @@ Losses (`losses.py`; each with its own weight, zero turns it off):
 - value relation: KL between softmax(V Vᵀ/√d) per relation head (MiniLM), which needs no equal
   head count.
 
+With `augment`, the student also learns from copies of the training text with words swapped for
+embedding neighbours (`augment.py`, TinyBERT's augmentation), labelled by the teacher.
+
 The student is either made from the model (`DistillConfig(layers=4)`: `student.py` copies every
 k-th layer, optionally narrowed) or is the model itself, distilled from `teacher=`.
 
@@ -35,13 +38,15 @@ from ..config import Config
 from ..data import IGNORE, TaskData
 from ..errors import EdgebertError
 from ..model import MaskedLM, TaskModel, describe, encoder_of
+from .augment import AugmentConfig, augment
 from .capture import capture
 from .finetune import task_loss
 from .losses import attention_kl, output_loss, soft_loss, value_relation_kl
 from .pretrain import mlm_accuracy, mlm_collate
 from .student import init_student, resolve_layer_map
 from .teacher import TeacherCache
-from .train import Objective, Result, TrainConfig, fingerprint, measure, rank_world, task_evaluator, train
+from .train import (Objective, Result, TrainConfig, fingerprint, measure, rank_world, reported, task_evaluator,
+                    train)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,10 +73,14 @@ class DistillConfig(Config):
     layer_map: dict[int, int] | None = None
     cache_dir: str | None = None  # teacher outputs; default: <work_dir>/teacher-cache
     mlm_probability: float = 0.15  # task-agnostic distillation of a MaskedLM
+    augment: AugmentConfig | None = None  # also learn from word-swapped copies the teacher labels
 
     def __post_init__(self):
         if self.temperature <= 0:
             raise EdgebertError(f"DistillConfig.temperature must be positive, got {self.temperature}")
+        if self.augment is not None and self.label_weight:
+            raise EdgebertError("DistillConfig.augment: swapped copies have no gold labels, so label_weight must be 0 "
+                                "(the teacher's soft labels teach them)")
 
     @property
     def makes_student(self) -> bool:
@@ -187,6 +196,12 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
         raise EdgebertError("an embedder learns from its teacher's vectors, not labels: set label_weight = 0")
     layer_map = resolve_layer_map(student, teacher, config.layer_map)
     teacher.eval()
+    train_data, augmented = data.train, {}
+    if config.augment is not None:
+        if data.tokenizer is None:
+            raise EdgebertError("distill.augment swaps words: pass TaskData(..., tokenizer=)")
+        train_data = augment(data.train, teacher, data.tokenizer, config.augment)
+        augmented = {"augmented": train_data.summary}
     mlm = isinstance(student, MaskedLM)
     online = mlm or bool(config.attention_weight or config.value_weight)
     cache = None
@@ -196,7 +211,7 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
         rank, world = rank_world()
         if rank != 0:  # under torchrun, rank 0 computes the cache and the others read it
             dist.barrier()
-        cache = TeacherCache.build(teacher, data.train, hidden, root, progress=config.train.progress and rank == 0)
+        cache = TeacherCache.build(teacher, train_data, hidden, root, progress=config.train.progress and rank == 0)
         if world > 1 and rank == 0:
             dist.barrier()
     objective = DistillObjective(student, teacher, config, layer_map, cache)
@@ -206,14 +221,16 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
             raise EdgebertError("distilling a MaskedLM masks tokens: pass TaskData(..., tokenizer=)")
         collate_fn = mlm_collate(data.tokenizer, config.mlm_probability, config.train.seed)
     key = fingerprint("distill", config.to_dict(), describe(student), describe(teacher), cache and cache.folder.name)
-    if mlm and data.eval is not None:
-        evaluator, metric = (lambda m: mlm_accuracy(m, data.eval, data.tokenizer,
+    choose_on = data.choose_on
+    if mlm and choose_on is not None:
+        evaluator, metric = (lambda m: mlm_accuracy(m, choose_on, data.tokenizer,
                                                     probability=config.mlm_probability)), "mlm_accuracy"
     else:
-        evaluator, metric = task_evaluator(student, data.eval)
-    result = train(objective, data.train, config=config.train, collate_fn=collate_fn, evaluator=evaluator,
+        evaluator, metric = task_evaluator(student, choose_on)
+    result = train(objective, train_data, config=config.train, collate_fn=collate_fn, evaluator=evaluator,
                    metric=metric, work_dir=work_dir, key=key, name="distill")
+    metrics, chosen = (result.metrics, {}) if mlm else reported(result.model, data, result.metrics)
     details = {"history": result.history, "layer_map": layer_map,
-               "teacher_cache": str(cache.folder) if cache else None}
-    return Result(result.model, measure("distill", result.model, metrics=result.metrics, wall_s=result.wall_s,
+               "teacher_cache": str(cache.folder) if cache else None, **chosen, **augmented}
+    return Result(result.model, measure("distill", result.model, metrics=metrics, wall_s=result.wall_s,
                                         steps=result.steps, details=details))

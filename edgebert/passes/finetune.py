@@ -12,7 +12,7 @@ from ..config import Config
 from ..data import IGNORE, TaskData
 from ..errors import EdgebertError
 from ..model import MaskedLM, TaskModel
-from .train import Objective, Result, TrainConfig, fingerprint, measure, task_evaluator, train
+from .train import Objective, Result, TrainConfig, fingerprint, measure, reported, task_evaluator, train
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,13 +50,15 @@ def finetune(model: TaskModel, config: FinetuneConfig, data: TaskData, *, teache
              work_dir: str | Path | None = None) -> Result:
     """Train `model` in place on `data.train` (data.EncodedDataset or a list of item dicts).
 
-    With `data.eval` the best evaluation is kept; the Record carries its metrics. Fine-tuning
-    learns from labels alone, so a `teacher` is refused rather than ignored."""
+    With eval data the best evaluation is kept (chosen on `data.validation` when given); the Record
+    carries its eval metrics. Fine-tuning learns from labels alone, so a `teacher` is refused rather
+    than ignored."""
     if teacher is not None:
         raise EdgebertError("finetune learns from labels and takes no teacher: use distill to learn from one")
     check_task_model(model, "finetune")
-    evaluator, metric = task_evaluator(model, data.eval)
+    evaluator, metric = task_evaluator(model, data.choose_on)
     result = train(TaskObjective(model), data.train, config=config.train, evaluator=evaluator, metric=metric,
                    work_dir=work_dir, key=fingerprint("finetune", config.to_dict()), name="finetune")
-    return Result(result.model, measure("finetune", result.model, metrics=result.metrics, wall_s=result.wall_s,
-                                        steps=result.steps, details={"history": result.history}))
+    metrics, chosen = reported(result.model, data, result.metrics)
+    return Result(result.model, measure("finetune", result.model, metrics=metrics, wall_s=result.wall_s,
+                                        steps=result.steps, details={"history": result.history, **chosen}))

@@ -290,6 +290,9 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
         head_fraction, ffn_fraction = config.heads, config.ffn
     original = {"heads": list(start_shape["heads"]), "ffn": list(start_shape["ffn"])}  # of the surviving layers
     metrics, wall, steps, rounds = {}, 0.0, 0, []
+    recovery = config.recovery
+    if recovery is not None and recovery.cache_dir is None and work is not None:  # one teacher, one cache for all rounds
+        recovery = recovery.replace(cache_dir=str(work / "teacher-cache"))
     for r in range(1, config.rounds + 1):
         folder = work / f"round{r}" if work else None
         if folder is not None and (folder / "round.json").exists():  # finished before an interruption
@@ -324,13 +327,13 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
         narrow = round(config.width * share * start_shape["hidden"]) - (start_shape["hidden"] - shape["hidden"])
         if narrow > 0:
             remove_hidden(model, torch.argsort(scores.hidden, stable=True)[:narrow].tolist())
-        round_wall, round_steps = 0.0, 0
+        round_wall, round_steps, chosen = 0.0, 0, {}
         if config.recovery is not None and config.recovery.train.steps:
-            rec = distill(model, config.recovery, data, teacher=teacher,
-                          work_dir=folder / "recovery" if folder else None).record
+            rec = distill(model, recovery, data, teacher=teacher, work_dir=folder / "recovery" if folder else None).record
             metrics, round_wall, round_steps = rec.metrics, rec.wall_s, rec.steps
+            chosen = {"validation": rec.details["validation"]} if "validation" in rec.details else {}
         wall, steps = wall + round_wall, steps + round_steps
-        rounds.append({"round": r, **_shape(model), "metrics": metrics})
+        rounds.append({"round": r, **_shape(model), "metrics": metrics, **chosen})
         if folder is not None:
             checkpoint.save(model, folder / "model")
             (folder / "round.json").write_text(json.dumps({"round": rounds[-1], "original": original,
@@ -341,7 +344,8 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
         metrics = evaluator(model)
     details = {"before": {"params": before.params, "bytes": before.bytes, "flops_128": before.flops_128,
                           **start_shape},
-               "after": _shape(model), "rounds": rounds, "head_fraction": head_fraction, "ffn_fraction": ffn_fraction}
+               "after": _shape(model), "rounds": rounds, "head_fraction": head_fraction, "ffn_fraction": ffn_fraction,
+               **({"validation": rounds[-1]["validation"]} if rounds and "validation" in rounds[-1] else {})}
     if sparsity:
         details["unstructured_sparsity"] = sparsity
         details["note"] = ("unstructured zeros shrink a compressed file only; dense kernels run them at full cost, "

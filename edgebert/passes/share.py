@@ -215,10 +215,10 @@ def share(model: nn.Module, config: ShareConfig, data: TaskData | None, *, teach
     """Share layers and/or factorize embeddings (in place), then recover by distillation from
     `teacher` (default: a copy of the model before sharing) on `data.train`. With `data=None`
     only the surgery runs: embedding rows count the same and there is no recovery."""
-    train_data, eval_data = (data.train, data.eval) if data is not None else (None, None)
+    train_data, choose_on = (data.train, data.choose_on) if data is not None else (None, None)
     before = measure("before", model)
     teacher = teacher if teacher is not None else copy.deepcopy(model).eval()
-    evaluator, metric = task_evaluator(model, eval_data)
+    evaluator, metric = task_evaluator(model, choose_on)  # init = "best" is chosen on it
     details: dict = {"before": {"params": before.params, "bytes": before.bytes, "flops_128": before.flops_128}}
     if config.parts != "none":
         init = config.init

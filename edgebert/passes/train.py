@@ -171,6 +171,15 @@ def task_evaluator(model: nn.Module, dataset: Sequence | None) -> tuple[Callable
     return (lambda m: evaluate(m, dataset)), task_of(model, dataset).metric
 
 
+def reported(model: nn.Module, data, chosen: dict) -> tuple[dict, dict]:
+    """(metrics, details) a pass reports for the model "keep the best" chose by `chosen`, its metrics on
+    `data.choose_on`. When that was a validation split, the eval split is scored now and the
+    validation figures go in the details; otherwise the chosen metrics are the eval split's."""
+    if data.validation is None or data.eval is None or not chosen:
+        return chosen, {}
+    return evaluate(model, data.eval), {"validation": chosen}
+
+
 def evaluate(model: TaskModel, dataset: Sequence, *, batch_size: int = 64) -> dict[str, float]:
     """The task's metrics (data.compute_metrics) of `model` on a labeled dataset."""
     task = task_of(model, dataset)

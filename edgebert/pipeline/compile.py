@@ -77,8 +77,7 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     _prepare_out(out, resume=resume, force=force, need=need)
     if on_out:
         on_out(out)
-    key = _key("start", {k: v for k, v in asdict(recipe).items() if k not in ("stages", "options", "search")},
-               sha256(str(weights[0])) if weights else str(start), data_fingerprint(ctx))
+    key = _start_key(ctx, start, weights)
     found = None
     if budget is None:
         state, stages, key = _run_stages(ctx, start, key)
@@ -93,6 +92,23 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
         log("bundle: up to date, nothing to do (--rebench for fresh timings)")
         return out / "bundle"
     return build_bundle(ctx, state, stages, out / "bundle", bench=bench, build=build, searched=found)
+
+
+def _start_key(ctx: Context, start: Path, weights: list[Path]) -> str:
+    """What every stage's cache key chains from: the recipe's top-level fields, the start weights, the data."""
+    top = {k: v for k, v in asdict(ctx.recipe).items() if k not in ("stages", "options", "search")}
+    return _key("start", top, sha256(str(weights[0])) if weights else str(start), data_fingerprint(ctx))
+
+
+def run_stages(recipe: Recipe, out: str | Path, *, data_dir: str | None = None) -> list[dict]:
+    """The records of `recipe`'s stages, run into `out` (or found there) as a compile of it runs them, without
+    a bundle: a recipe that stops before export, to compare stage options (bench/recovery.py). Stages a
+    compile into the same `out` has run already are reused."""
+    out = Path(out).resolve()
+    ctx = context(recipe, out, data_dir)
+    start = start_model(recipe)
+    out.mkdir(parents=True, exist_ok=True)
+    return _run_stages(ctx, start, _start_key(ctx, start, sorted(start.glob("*.safetensors"))))[1]
 
 
 def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict], str]:
@@ -240,7 +256,8 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
         metric = record["metrics"].get(task.metric)
         manifest_stages.append({"name": record["name"], "params": {"total": record["params"]},
                                 "bytes": record["bytes"], "flops": record["flops_128"],
-                                "metrics": record["metrics"], "wall_s": record["wall_s"]})
+                                "metrics": record["metrics"], "wall_s": record["wall_s"],
+                                **{k: v for k, v in record.get("details", {}).items() if k == "validation"}})
         if bench and metric is not None:
             model_dir = ctx.out / "stages" / record["folder"] / "model"  # this run's (a search makes several)
             chart.append({"stage": record["name"], "format": "pytorch", "metric": points(metric),
@@ -293,7 +310,7 @@ def summary_data(bundle: Path) -> dict:
         s["near_baseline"] = near_baseline(m["metrics"].get("accuracy"), baseline)
     return {"bundle": str(bundle), "metric": metric, "stages": stages, "files": files,
             "majority_baseline": {**baseline, "accuracy": points(baseline["accuracy"])} if baseline else None,
-            "unk_rate": data.get("unk_rate"), "search": manifest.get("search")}
+            "unk_rate": data.get("unk_rate"), "validation": data.get("validation"), "search": manifest.get("search")}
 
 
 def summary(bundle: Path) -> str:
@@ -313,6 +330,9 @@ def summary(bundle: Path) -> str:
     if data["majority_baseline"]:
         b = data["majority_baseline"]
         lines.append(f"majority-class baseline: accuracy {b['accuracy']:.2f} (always {b['label']!r})")
+    if data["validation"]:
+        lines.append(f"checkpoints chosen on {data['validation']['rows']:,} training examples held out (validation); "
+                     f"{metric} above is the eval split's")
     if data["unk_rate"]:
         lines.append("[UNK] tokens: " + ", ".join(f"{v:.1%} of {k}" for k, v in data["unk_rate"].items()))
     lines.append("")

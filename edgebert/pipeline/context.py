@@ -151,8 +151,9 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
     task = train_split.task
     train_split = _limited(train_split, recipe.train_limit, recipe.seed)
     eval_split = _limited(eval_split, recipe.eval_limit, recipe.seed)
+    train_split, validation_split = _validation(train_split, recipe, sources)
     ctx = Context(recipe=recipe, task=task, sources=sources, out=out, tokenizer_dir=tokenizer_dir,
-                  **_encoded(recipe, train_split, eval_split, tok))
+                  **_encoded(recipe, train_split, eval_split, tok, validation_split))
     sources["unk_rate"] = {key: round(_warn_unknown(split.input_ids, tok, f"{task.name} {name} data"), 6)
                            for key, name, split in (("train", "training", ctx.data.train),
                                                     ("eval", "eval", ctx.data.eval))}
@@ -167,11 +168,24 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
     return ctx
 
 
-def _encoded(recipe, train_split: data.Split, eval_split: data.Split, tok) -> dict:
+def _validation(train: data.Split, recipe, sources: dict) -> tuple[data.Split, data.Split | None]:
+    """(train, validation): `recipe.validation` seeded examples carved out of train (at most a tenth of it),
+    which "keep the best" chooses checkpoints by, so the eval split's figures are not chosen on it."""
+    size = min(recipe.validation, len(train) // 10)
+    if size < 1:
+        return train, None
+    train, validation = data.carve(train, size, recipe.seed + 2, name="validation")
+    sources["validation"] = {"carved_from": "train", "rows": size, "seed": recipe.seed + 2}
+    return train, validation
+
+
+def _encoded(recipe, train_split: data.Split, eval_split: data.Split, tok,
+             validation_split: data.Split | None) -> dict:
     """The Context fields that hold token ids: the passes' data, the eval arrays and the calibration set."""
     calibration_split = _limited(train_split, recipe.stage("quantize").calibration_size, recipe.seed + 1)
+    validation = data.EncodedDataset(validation_split, tok, recipe.max_length) if validation_split else None
     return {"data": data.TaskData(data.EncodedDataset(train_split, tok, recipe.max_length),
-                                  data.EncodedDataset(eval_split, tok, recipe.max_length), tok),
+                                  data.EncodedDataset(eval_split, tok, recipe.max_length), tok, validation),
             "eval_arrays": data.pretokenize_eval(eval_split, tok, recipe.max_length),
             "calibration": data.pretokenize_eval(calibration_split, tok, recipe.max_length)}
 
@@ -180,7 +194,8 @@ def retokenize(ctx: Context, folder: Path) -> None:
     """Re-encode `ctx` in place with the tokenizer in `folder` (a vocab stage's model), which the later
     stages, the eval set and the bundle then use: the model's ids are that tokenizer's from here on."""
     tok = tokenization.load_tokenizer(folder)
-    for name, value in _encoded(ctx.recipe, ctx.data.train.split, ctx.data.eval.split, tok).items():
+    validation = ctx.data.validation.split if ctx.data.validation is not None else None
+    for name, value in _encoded(ctx.recipe, ctx.data.train.split, ctx.data.eval.split, tok, validation).items():
         setattr(ctx, name, value)
     ctx.tokenizer_dir = folder
 

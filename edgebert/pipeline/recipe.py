@@ -42,6 +42,7 @@ class Recipe:
     max_length: int = 64
     eval_limit: int = 0  # 0 = the whole eval split; set for a quick run
     train_limit: int = 0  # 0 = the whole training split
+    validation: int = 1000  # training examples held out to choose checkpoints by (at most a tenth); 0 = the eval split
     seed: int = 42
     on_bad_row: str = "error"  # a malformed data row: "error" stops at it (file:line), "skip" counts and warns
     stages: list[str] = field(default_factory=lambda: ["finetune", "distill", "prune", "quantize", "export"])
@@ -53,6 +54,7 @@ class Recipe:
 
 
 _TOP = {f.name for f in fields(Recipe)} - {"options", "data", "search"}
+OFF_AT_ZERO = {"validation"}  # int fields whose default is positive but where 0 means "none"
 
 
 def parse(text: str, *, source: str = "recipe") -> Recipe:
@@ -199,7 +201,7 @@ def _check(path: str, value, kind, default):
         if not isinstance(value, bool):
             raise EdgebertError(f"{path}: expected true or false, got {shown}")
     elif kind is int:
-        positive = isinstance(default, int) and default > 0
+        positive = isinstance(default, int) and default > 0 and path not in OFF_AT_ZERO
         if not isinstance(value, int) or isinstance(value, bool) or value < (1 if positive else 0):
             raise EdgebertError(f"{path}: expected a {'positive' if positive else 'non-negative'} int, got {shown}")
     elif kind is float:
