@@ -9,7 +9,7 @@ from edgebert import EdgebertError
 from edgebert.data import EncodedDataset, Example, Split, Task, TaskData
 from edgebert.model import embeddings
 from edgebert.passes import AugmentConfig, DistillConfig, TrainConfig, augment, distill
-from edgebert.passes.augment import word_starts
+from edgebert.passes.vocab import word_starts
 from edgebert.tokenizer import load_tokenizer
 
 TASK = Task("toy", "classification", ("no", "yes"))

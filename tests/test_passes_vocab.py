@@ -54,6 +54,13 @@ def test_held_out_words_keep_their_pieces_or_decompose(tiny_tokenizer):
     assert new.unk_token_id not in new(HELD_OUT)["input_ids"]  # "playing" spells out from single characters
 
 
+def test_keep_words_keeps_every_whole_word_of_the_vocabulary(tiny_tokenizer):
+    model = tiny_model(vocab_size=len(tiny_tokenizer))
+    new = prune_vocab(model, VocabConfig(keep_words=True), _data(tiny_tokenizer, TRAIN)).tokenizer
+    assert "play" in new.get_vocab() and "##ing" not in new.get_vocab()  # a word, never seen; a piece, dropped
+    assert _words(new, HELD_OUT)[2] == ["play", "##i", "##n", "##g"]
+
+
 @pytest.mark.parametrize("kind", ["sequence-classification", "masked-lm"])
 def test_outputs_on_kept_tokens_are_unchanged(tiny_tokenizer, kind):
     model = tiny_model(kind, vocab_size=len(tiny_tokenizer))

@@ -9,7 +9,6 @@ head). The teacher labels every copy through the teacher cache, so a copy whose 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +20,7 @@ from ..config import Config
 from ..data import EncodedDataset
 from ..errors import EdgebertError
 from ..model import embeddings
+from .vocab import word_starts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,30 +55,6 @@ class AugmentedDataset:
 
     def __getitem__(self, i: int) -> dict:
         return {"input_ids": self.input_ids[i], "token_type_ids": self.token_type_ids[i]}
-
-
-def word_starts(tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    """(starts a word, is a whole alphabetic word of 2+ letters) per id, from the tokenizer's
-    continuation convention: WordPiece marks continuations (`##`), SentencePiece (`▁`) and byte-level
-    BPE (`Ġ`) mark word starts."""
-    model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
-    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    special = set(tokenizer.all_special_ids)
-    if model["type"] == "WordPiece":
-        prefix = model.get("continuing_subword_prefix") or "##"
-        start = np.array([not t.startswith(prefix) for t in tokens])
-        word = tokens
-    else:
-        marker = next((m for m in ("▁", "Ġ") if any(t.startswith(m) for t in tokens[:2000])), None)
-        if marker is None:
-            raise EdgebertError(f"augment: cannot tell where words start in this {model['type']} tokenizer (no ▁ or "
-                                "Ġ pieces): drop distill.augment for this model")
-        start = np.array([t.startswith(marker) for t in tokens])
-        word = [t[len(marker):] if s else "" for t, s in zip(tokens, start)]
-    whole = np.array([bool(s) and len(w) > 1 and w.isalpha() and i not in special
-                      for i, (s, w) in enumerate(zip(start, word))])
-    start[list(special)] = True  # a special token ends the word before it
-    return start, whole
 
 
 @torch.no_grad()

@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer
 from torch import nn
@@ -39,6 +40,7 @@ class VocabConfig(Config):
 
     corpus: str | None = None  # a UTF-8 text file, one text per line, whose tokens are kept too (the app's text)
     min_count: int = 1  # keep a training/corpus token seen at least this often (higher = smaller, more splitting)
+    keep_words: bool = False  # also every whole word of the vocabulary in ASCII letters: unseen words keep their piece
 
 
 @dataclass
@@ -80,14 +82,43 @@ def check_prunable(tokenizer) -> None:
                             "end_of_word_suffix (its merges do not concatenate): drop the vocab stage for this model")
 
 
-def kept_ids(tokenizer, counts: Counter, *, min_count: int = 1, extra: tuple[int, ...] = ()) -> list[int]:
+def word_starts(tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """(starts a word, is a whole alphabetic word of 2+ letters) per id, from the tokenizer's
+    continuation convention: WordPiece marks continuations (`##`), SentencePiece (`▁`) and byte-level
+    BPE (`Ġ`) mark word starts."""
+    model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    special = set(tokenizer.all_special_ids)
+    if model["type"] == "WordPiece":
+        prefix = model.get("continuing_subword_prefix") or "##"
+        start = np.array([not t.startswith(prefix) for t in tokens])
+        word = tokens
+    else:
+        marker = next((m for m in ("▁", "Ġ") if any(t.startswith(m) for t in tokens[:2000])), None)
+        if marker is None:
+            raise EdgebertError(f"cannot tell where words start in this {model['type']} tokenizer (no ▁ or Ġ "
+                                "pieces): drop distill.augment and vocab.keep_words for this model")
+        start = np.array([t.startswith(marker) for t in tokens])
+        word = [t[len(marker):] if s else "" for t, s in zip(tokens, start)]
+    whole = np.array([bool(s) and len(w) > 1 and w.isalpha() and i not in special
+                      for i, (s, w) in enumerate(zip(start, word))])
+    start[list(special)] = True  # a special token ends the word before it
+    return start, whole
+
+
+def kept_ids(tokenizer, counts: Counter, *, min_count: int = 1, extra: tuple[int, ...] = (),
+             words: bool = False) -> list[int]:
     """The ids to keep, in old order: added/special tokens, `extra`, tokens seen `min_count` times, single
-    characters with their continuation forms, and (BPE) every piece a kept token is merged from."""
+    characters with their continuation forms, with `words` every whole ASCII word of the vocabulary, and
+    (BPE) every piece a kept token is merged from."""
     check_prunable(tokenizer)
     kind = kind_of(tokenizer)
     model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
     vocab = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
     keep = {t for t, i in vocab.items() if counts.get(i, 0) >= min_count}
+    if words:
+        whole = word_starts(tokenizer)[1]
+        keep |= {t for t, i in vocab.items() if i < len(whole) and whole[i] and t.isascii()}
     keep |= {str(t) for t in tokenizer.added_tokens_decoder.values()}
     keep |= {t for t, i in vocab.items() if i in extra}
     prefix = model.get("continuing_subword_prefix") if kind == "WordPiece" else "▁" if kind == "Unigram" else None
@@ -218,12 +249,13 @@ def prune_vocab(model: nn.Module, config: VocabConfig, data: TaskData, *, teache
     scored = data.eval is not None and not isinstance(model, MaskedLM)  # an MLM has no task metric
     metrics_before = task_evaluator(model, data.eval)[0](model) if scored else {}
     keep = kept_ids(tokenizer, token_counts(tokenizer, data, config.corpus), min_count=config.min_count,
-                    extra=(c.pad_token_id,))
+                    extra=(c.pad_token_id,), words=config.keep_words)
     new_tok = pruned_tokenizer(tokenizer, keep)
     prune_rows(model, keep)
     details = {"kind": kind_of(tokenizer), "before": before,
                "after": {"vocab_size": len(keep), "embedding_bytes": _word_bytes(model)},
-               "metrics_before": metrics_before, "min_count": config.min_count, "corpus": config.corpus}
+               "metrics_before": metrics_before, "min_count": config.min_count, "corpus": config.corpus,
+               "keep_words": config.keep_words}
     metrics = {}
     if data.eval is not None:
         new_eval = EncodedDataset(data.eval.split, new_tok, data.eval.max_length)
