@@ -48,3 +48,7 @@ def test_the_choice_is_made_on_validation(bench_scripts):
     rows["one-round-hidden-augment"].update(dev=0.85, validation=0.99)
     text = recovery.conclusion(rows)
     assert "**one-round-hidden-augment**" in text and "better on validation than the recipe's" in text
+    rows[recovery.RECIPE_VARIANT].update(validation=0.9)
+    rows["one-round-hidden-augment"].update(validation=0.9 + recovery.MARGIN / 2)  # a lead within the noise
+    text = recovery.conclusion(rows)
+    assert f"**{recovery.RECIPE_VARIANT}**" in text and "within the 0.5-point margin" in text
