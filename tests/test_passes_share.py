@@ -12,6 +12,7 @@ from edgebert.passes import (
     DistillConfig,
     ShareConfig,
     TrainConfig,
+    evaluate,
     factorize_embeddings,
     remove_heads,
     share,
@@ -132,6 +133,17 @@ def test_share_pass_records_size_not_flops_and_recovers(tmp_path):
     assert "output_error" in record.details["factorization"] and "accuracy" in record.metrics
     assert model.encoder.encoder.layer[0].attention is model.encoder.encoder.layer[1].attention
     roundtrip(model, tmp_path)
+
+
+def test_share_chooses_the_init_on_validation_and_reports_eval():
+    data = tiny_data(64)
+    flipped = [{**item, "labels": 1 - item["labels"]} for item in data[:16]]  # scores as 1 - eval accuracy
+    model = tiny_model()
+    record = share(model, ShareConfig(group_size=2, init="best", recovery=None),
+                   TaskData(data, data[:16], validation=flipped)).record
+    chosen = record.details["init_scores"][str(record.details["init"])]
+    assert chosen == max(record.details["init_scores"].values())  # the best on validation
+    assert record.metrics == record.details["before_recovery"] == evaluate(model, data[:16])  # eval is reported
 
 
 # DeBERTa-v3's layout: relative disentangled attention, no position table (the family's own tests hold parity).

@@ -242,8 +242,9 @@ def share(model: nn.Module, config: ShareConfig, data: TaskData | None, *, teach
         frequencies = token_frequencies(model, train_data) if train_data is not None else None
         details["factorization"] = {**factorize_embeddings(model, config.embedding_size, frequencies=frequencies),
                                     "weighted_by": "uniform rows" if frequencies is None else "train data"}
-    if evaluator is not None:
-        details["before_recovery"] = evaluator(model)
+    scorer, _ = task_evaluator(model, data.eval if data is not None else None)  # what is reported: the eval split
+    if scorer is not None:
+        details["before_recovery"] = scorer(model)
     metrics, wall, steps = details.get("before_recovery", {}), 0.0, 0
     if train_data is not None and config.recovery is not None and config.recovery.train.steps:
         rec = distill(model, config.recovery, data, teacher=teacher,
