@@ -71,8 +71,7 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     if force and resume:
         raise EdgebertError("--force deletes the output folder and --resume continues it: pass one of them")
     ctx = context(recipe, out, data_dir)  # bad data or recipe fails here, before anything is written
-    start = start_model(recipe)
-    weights = sorted(start.glob("*.safetensors"))
+    start, weights = _start_weights(recipe)
     need = 4 * sum(f.stat().st_size for f in weights)  # stage models, ONNX, TFLite, bundle
     _prepare_out(out, resume=resume, force=force, need=need)
     if on_out:
@@ -94,6 +93,12 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     return build_bundle(ctx, state, stages, out / "bundle", bench=bench, build=build, searched=found)
 
 
+def _start_weights(recipe: Recipe) -> tuple[Path, list[Path]]:
+    """The start model's folder and its weight files."""
+    start = start_model(recipe)
+    return start, sorted(start.glob("*.safetensors"))
+
+
 def _start_key(ctx: Context, start: Path, weights: list[Path]) -> str:
     """What every stage's cache key chains from: the recipe's top-level fields, the start weights, the data."""
     top = {k: v for k, v in asdict(ctx.recipe).items() if k not in ("stages", "options", "search")}
@@ -106,9 +111,9 @@ def run_stages(recipe: Recipe, out: str | Path, *, data_dir: str | None = None) 
     compile into the same `out` has run already are reused."""
     out = Path(out).resolve()
     ctx = context(recipe, out, data_dir)
-    start = start_model(recipe)
+    start, weights = _start_weights(recipe)
     out.mkdir(parents=True, exist_ok=True)
-    return _run_stages(ctx, start, _start_key(ctx, start, sorted(start.glob("*.safetensors"))))[1]
+    return _run_stages(ctx, start, _start_key(ctx, start, weights))[1]
 
 
 def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict], str]:
@@ -257,7 +262,7 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
         manifest_stages.append({"name": record["name"], "params": {"total": record["params"]},
                                 "bytes": record["bytes"], "flops": record["flops_128"],
                                 "metrics": record["metrics"], "wall_s": record["wall_s"],
-                                **{k: v for k, v in record.get("details", {}).items() if k == "validation"}})
+                                **({"validation": chosen} if (chosen := record.get("details", {}).get("validation")) else {})})
         if bench and metric is not None:
             model_dir = ctx.out / "stages" / record["folder"] / "model"  # this run's (a search makes several)
             chart.append({"stage": record["name"], "format": "pytorch", "metric": points(metric),
