@@ -29,6 +29,7 @@ from . import formats
 from .data import InputSpec
 
 FUSION_TOLERANCE = 1e-4
+TRIM = "trim_padding/"  # the name prefix of what trim_padding adds to a graph
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +38,9 @@ class OnnxExportConfig(Config):
 
     optimize: "fused" (ORT BERT fusions, falling back to "basic" where they do not hold),
     "basic" (constant folding and clean-up only; what static QDQ quantization wants), or "none".
-    num_heads/hidden_size: for the fusion; read from an edgebert model, else detected from the graph."""
+    num_heads/hidden_size: for the fusion; read from an edgebert model, else detected from the graph.
+    trim_padding: first drop the trailing columns that are padding in every row (see `trim_padding`), so an
+    app that pads to a fixed length pays for the real length; only where the output has no sequence axis."""
 
     opset: int = 17
     input_dtype: str = "int64"
@@ -45,6 +48,7 @@ class OnnxExportConfig(Config):
     fuse_embeddings: bool = True
     num_heads: int | None = None
     hidden_size: int | None = None
+    trim_padding: bool = True
 
     def __post_init__(self):
         if self.input_dtype not in ("int64", "int32"):
@@ -53,6 +57,10 @@ class OnnxExportConfig(Config):
             raise EdgebertError(f"OnnxExportConfig optimize {self.optimize!r}: use 'fused', 'basic' or 'none'")
         if self.opset < 17:
             raise EdgebertError(f"OnnxExportConfig opset {self.opset}: use 17 or newer (LayerNormalization)")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return torch.int32 if self.input_dtype == "int32" else torch.int64
 
 
 class Positional(nn.Module):
@@ -99,7 +107,7 @@ def _heads(model: nn.Module, config: OnnxExportConfig) -> tuple[int, int]:
 
 def trace(model: nn.Module, spec: InputSpec, config: OnnxExportConfig, out: Path) -> None:
     """The raw exporter graph at `out`; an op the exporter cannot handle becomes one clear error."""
-    dtype = torch.int32 if config.input_dtype == "int32" else torch.int64
+    dtype = config.torch_dtype
     args = tuple(sample_inputs(model, spec, dtype).values())
     axes = {n: {0: "batch", 1: "sequence"} for n in spec.names}
     axes[spec.output] = {0: "batch"}
@@ -149,7 +157,7 @@ def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxE
     model_type = families.get(c.family).fusion if c is not None else "bert"
     options = FusionOptions(model_type)
     options.enable_embed_layer_norm = config.fuse_embeddings
-    dtype = torch.int32 if config.input_dtype == "int32" else torch.int64
+    dtype = config.torch_dtype
     feeds = [{k: v.numpy() for k, v in sample_inputs(model, spec, dtype, b, t, seed).items()}
              for b, t, seed in ((2, 8, 1), (1, 5, 2), (3, 13, 3))]
     try:
@@ -169,6 +177,76 @@ def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxE
     return {"optimization": "basic", "fusion_fallback": reason}
 
 
+def trim_padding(path: Path, spec: InputSpec) -> bool:
+    """Slice every input to the last column any row's attention mask marks, before the encoder reads it.
+
+    Masked positions never reach a real token's attention, and an output without a sequence axis (a
+    classifier's [CLS] logits, a pooled embedding) is read from real tokens only, so the result is the
+    result at the real length, at its cost. Per-token outputs keep every column: False, graph unchanged."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    if "attention_mask" not in spec.names or len(graph.output[0].type.tensor_type.shape.dim) != 2:
+        return False
+
+    def const(name: str, values: list[int], dims: list[int] | None = None):
+        tensor = helper.make_tensor(name, TensorProto.INT64, [len(values)] if dims is None else dims, values)
+        return helper.make_node("Constant", [], [name], value=tensor)
+
+    p = TRIM
+    nodes = [
+        helper.make_node("Cast", ["attention_mask"], [p + "mask"], to=TensorProto.INT64),
+        helper.make_node("Shape", [p + "mask"], [p + "shape"]),
+        helper.make_node("ConstantOfShape", [p + "shape"], [p + "ones"],
+                         value=helper.make_tensor(p + "one", TensorProto.INT64, [1], [1])),
+        const(p + "sequence_axis", [1], dims=[]),
+        helper.make_node("CumSum", [p + "ones", p + "sequence_axis"], [p + "column"]),  # 1..T in every row
+        helper.make_node("Mul", [p + "mask", p + "column"], [p + "marked"]),
+        helper.make_node("ReduceMax", [p + "marked"], [p + "last"], keepdims=0),
+        const(p + "at_least", [1]),
+        helper.make_node("Max", [p + "last", p + "at_least"], [p + "end"]),  # an all-padding batch keeps a column
+        const(p + "start", [0]),
+        const(p + "axes", [1]),
+    ]
+    for name in spec.names:
+        nodes.append(helper.make_node("Slice", [name, p + "start", p + "end", p + "axes"], [p + name]))
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in spec.names:
+                node.input[i] = p + name
+    nodes += list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return True
+
+
+def trims_padding(path: str | Path) -> bool:
+    """Whether an ONNX file slices its inputs to the real length first (`trim_padding`)."""
+    import onnx
+
+    return any(o.startswith(TRIM) for n in onnx.load(str(path), load_external_data=False).graph.node for o in n.output)
+
+
+def _trimmed(path: Path, before: Path, model: nn.Module, spec: InputSpec, config: OnnxExportConfig) -> bool | str:
+    """`trim_padding` on `path` (its untrimmed copy kept at `before`), kept only when padded inputs still give
+    the untrimmed outputs: True, False (a per-token output) or why not."""
+    shutil.copyfile(path, before)
+    if not trim_padding(path, spec):
+        return False
+    dtype = config.torch_dtype
+    feeds = [{k: v.numpy() for k, v in sample_inputs(model, spec, dtype, b, t, seed).items()}
+             for b, t, seed in ((1, 8, 4), (1, 13, 5), (2, 8, 6))]
+    diff = _same_outputs(before, path, feeds)
+    if diff <= FUSION_TOLERANCE:
+        return True
+    shutil.copyfile(before, path)
+    return f"off: the trimmed graph differs from the padded one by {diff:.3g}"
+
+
 def export_onnx(model: nn.Module, config: OnnxExportConfig, spec: InputSpec, out: str | Path) -> dict:
     """Write `out` (atomically) and return its metadata."""
     out = Path(out)
@@ -184,6 +262,8 @@ def export_onnx(model: nn.Module, config: OnnxExportConfig, spec: InputSpec, out
             else:
                 dst.write_bytes(raw.read_bytes())
                 info = {"optimization": "none"}
+            if config.trim_padding:
+                info["trim_padding"] = _trimmed(dst, Path(tmp) / "untrimmed.onnx", model, spec, config)
     except Exception as e:  # a full disk reaches here as OSError, or as a truncated graph protobuf/ORT reject
         if not _disk_full(e, out.parent):
             raise

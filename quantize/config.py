@@ -61,9 +61,9 @@ class Int4EmbeddingsConfig(Config):
     """Block-wise INT4 weight-only word embeddings: about 8× smaller than float, 2× smaller than INT8.
 
     Each row is cut into blocks of `block_size` values with one scale each. ONNX: ORT's
-    GatherBlockQuantized (com.microsoft; asymmetric 4-bit blocks with zero points) on an unfused
-    embedding, since the fused EmbedLayerNormalization has no 4-bit kernel (a fused file keeps its INT8
-    QEmbedLayerNormalization, recorded as the fallback); TFLite: ai-edge-quantizer's blockwise INT4
+    GatherBlockQuantized (com.microsoft; asymmetric 4-bit blocks with zero points, float16 scales) on an
+    unfused embedding, since the fused EmbedLayerNormalization has no 4-bit kernel (a fused file keeps its
+    INT8 QEmbedLayerNormalization, recorded as the fallback); TFLite: ai-edge-quantizer's blockwise INT4
     EMBEDDING_LOOKUP (symmetric, float16 scales). Smaller tables get what the INT8 path gives them.
     Standalone it quantizes only the embeddings; as `int4_embeddings=` of an INT8 config it replaces
     that config's INT8 word table."""

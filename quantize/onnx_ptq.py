@@ -276,19 +276,24 @@ def unpack4(packed: np.ndarray, n: int) -> np.ndarray:
 
 def int4_blocks(w: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Asymmetric 4-bit blocks of `block_size` values along each row: (codes uint8 [rows, cols],
-    scales float32 [rows, blocks], zero points uint8 [rows, blocks]).
+    scales float16 [rows, blocks], zero points uint8 [rows, blocks]).
 
     Each block's range is widened to hold 0, so its zero point is an integer code in 0..15 and every
-    value is within scale/2 of (code − zero point) · scale; a partial last block is allowed."""
+    value is within scale/2 of (code − zero point) · scale; a partial last block is allowed. A scale is
+    rounded up to a float16 (half the bytes of float32; at least float16's smallest normal) before the
+    codes are chosen, so the bound holds for the stored scale."""
     rows, cols = w.shape
     blocks = -(-cols // block_size)
     padded = np.pad(w, ((0, 0), (0, blocks * block_size - cols)), mode="edge").reshape(rows, blocks, block_size)
     lo, hi = np.minimum(padded.min(axis=2), 0), np.maximum(padded.max(axis=2), 0)
-    scale = ((hi - lo) / 15).astype(np.float32)
-    scale[scale == 0] = 1.0  # an all-zero block: any scale reproduces it
+    exact = np.maximum((hi - lo) / 15, np.finfo(np.float16).tiny).astype(np.float32)
+    half = exact.astype(np.float16)
+    half = np.where(half.astype(np.float32) < exact, np.nextafter(half, np.float16(np.inf)), half)
+    half[hi == lo] = 1.0  # an all-zero block: any scale reproduces it
+    scale = half.astype(np.float32)
     zero = np.clip(np.round(-lo / scale), 0, 15)
     codes = np.clip(np.round(padded / scale[..., None]) + zero[..., None], 0, 15)
-    return codes.reshape(rows, -1)[:, :cols].astype(np.uint8), scale, zero.astype(np.uint8)
+    return codes.reshape(rows, -1)[:, :cols].astype(np.uint8), half, zero.astype(np.uint8)
 
 
 def table_report(w: np.ndarray, w_hat: np.ndarray, bytes_after: int, **extra) -> dict:
@@ -309,10 +314,12 @@ def int4_embeddings(model: onnx.ModelProto, *, block_size: int, min_rows: int) -
         model.graph.initializer.extend([numpy_helper.from_array(pack4(codes), f"{base}_int4"),
                                         numpy_helper.from_array(scale, f"{base}_scales"),
                                         numpy_helper.from_array(pack4(zero), f"{base}_zero_points")])
-        new_nodes[k] = [helper.make_node(
-            "GatherBlockQuantized", [f"{base}_int4", n.input[1], f"{base}_scales", f"{base}_zero_points"],
-            [n.output[0]], name=f"{n.name}_int4", domain="com.microsoft", bits=4, block_size=block_size,
-            gather_axis=0, quantize_axis=1)]
+        out = n.output[0]
+        new_nodes[k] = [  # float16 scales give float16 rows: one Cast back for the float graph
+            helper.make_node("GatherBlockQuantized", [f"{base}_int4", n.input[1], f"{base}_scales",
+                                                      f"{base}_zero_points"], [f"{out}_f16"], name=f"{n.name}_int4",
+                             domain="com.microsoft", bits=4, block_size=block_size, gather_axis=0, quantize_axis=1),
+            helper.make_node("Cast", [f"{out}_f16"], [out], to=onnx.TensorProto.FLOAT, name=f"{n.name}_int4_cast")]
         done.append(base)
     if done:
         _replace(model, new_nodes)
@@ -335,7 +342,7 @@ def int4_report(float_model: onnx.ModelProto, model: onnx.ModelProto) -> dict[st
         w = numpy_helper.to_array(floats[base])
         data, scale, zeros = (numpy_helper.to_array(inits[n.input[i]]) for i in (0, 2, 3))
         zero = unpack4(zeros, scale.shape[1]).astype(np.float32)
-        per_value = np.repeat(np.stack([zero, scale]), block, axis=2)[:, :, :w.shape[1]]  # each value's block
+        per_value = np.repeat(np.stack([zero, scale.astype(np.float32)]), block, axis=2)[:, :, :w.shape[1]]
         w_hat = (unpack4(data, w.shape[1]) - per_value[0]) * per_value[1]
         report[base] = table_report(w, w_hat, data.nbytes + scale.nbytes + zeros.nbytes, block_size=block)
     return report

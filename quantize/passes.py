@@ -101,7 +101,11 @@ def _static_build(job: Job, config, groups: dict[str, list[str]], cache: Path):
     return build
 
 
-@register(StaticInt8Config, "onnx", export_with=OnnxExportConfig(optimize="basic"))  # QDQ wants it unfused
+# QDQ wants the graph unfused, and calibration stacks activations of one shape: no padding trim
+CALIBRATED = OnnxExportConfig(optimize="basic", trim_padding=False)
+
+
+@register(StaticInt8Config, "onnx", export_with=CALIBRATED)
 def onnx_static(job: Job, config: StaticInt8Config) -> dict:
     groups = _groups(onnx_ptq.classify(_unfused(job, config)))
     cache = job.work / "ranges.json"
@@ -117,7 +121,7 @@ def _embed_info(job: Job, config) -> dict:
     return {"int8_embeddings": names, **_int4_info(job, config)}
 
 
-@register(MixedPrecisionConfig, "onnx", export_with=OnnxExportConfig(optimize="basic"))
+@register(MixedPrecisionConfig, "onnx", export_with=CALIBRATED)
 def onnx_mixed(job: Job, config: MixedPrecisionConfig) -> dict:
     groups = _groups(onnx_ptq.classify(_unfused(job, config)))
     arrays = need(job, "eval_data", config)

@@ -106,6 +106,8 @@ def test_measure_runs_the_harness_and_counts_useful_flops(bench_scripts, tiny_on
     lengths = np.array([4, 8, 16])
     assert measure.useful_flops(m, "real", lengths, 1, 2) == pytest.approx((flops(config, 8, 2) + flops(config, 16, 2)) / 2)
     assert measure.useful_flops(m, f"pad{figures.PAD}", lengths, 1, 2) == flops(config, figures.PAD, 2)
+    trimmed = {**m, "trims": True}  # a file that drops the padding first does the real length's work
+    assert measure.useful_flops(trimmed, f"pad{figures.PAD}", lengths, 1, 2) == measure.useful_flops(m, "real", lengths, 1, 2)
     assert measure.useful_flops({"flops": None}, "real", lengths, 1, 2) is None
 
 

@@ -12,7 +12,7 @@ from edgebert.model import EncoderConfig, HeadConfig, build
 from dataclasses import dataclass
 
 from edgebert.config import Config
-from edgebert.device_tests import metrics
+from edgebert.device_tests import backends, metrics
 from edgebert.device_tests.evalset import task_entry
 from edgebert.export import Artifact, Budget, InputSpec, OnnxExportConfig, TFLiteExportConfig, export, formats, \
     load_arrays, torch_logits
@@ -67,6 +67,28 @@ def test_pruned_heads_verified_fused_or_fallback(tmp_path):
     assert r.meta["optimization"] == "fused" or "fusion_fallback" in r.meta
 
 
+@pytest.mark.parametrize("optimize", ["fused", "basic"])
+def test_padding_columns_are_never_read(tmp_path, optimize):
+    """A row padded far past its length runs at its real length: its padding holds ids past the vocabulary,
+    which any read rejects, and the logits are the unpadded row's. Untrimmed, the same feed fails."""
+    model = tiny()
+    ids = np.array([[2, 17, 33, 45, 9]])
+    padded = np.full((1, 40), 10_000)
+    padded[0, :5] = ids
+    mask = (padded != 10_000).astype(np.int64)
+
+    def run(path, ids, mask):
+        return backends.Onnx(str(path), 1).run({"input_ids": ids, "attention_mask": mask,
+                                                "token_type_ids": np.zeros_like(ids)})
+
+    trimmed = export(model, OnnxExportConfig(optimize=optimize), out=tmp_path / "trimmed.onnx")
+    assert trimmed.meta["trim_padding"] is True
+    np.testing.assert_allclose(run(trimmed.path, padded, mask), run(trimmed.path, ids, np.ones_like(ids)), atol=1e-6)
+    whole = export(model, OnnxExportConfig(optimize=optimize, trim_padding=False), out=tmp_path / "whole.onnx")
+    with pytest.raises(Exception, match="out of"):
+        run(whole.path, padded, mask)
+
+
 def test_token_classifier_logits_per_token(tmp_path):
     model = tiny(head=HeadConfig(kind="token-classification", num_labels=5))
     data = eval_arrays()
@@ -76,6 +98,7 @@ def test_token_classifier_logits_per_token(tmp_path):
     assert r.verification["metric"] == "entity_f1"  # the task's metric, never token accuracy
     assert set(r.verification["metrics"]) == {"entity_f1", "precision", "recall"}
     assert torch_logits(model, load_arrays(data), InputSpec()).shape == (24, 20, 5)
+    assert r.meta["trim_padding"] is False  # a logit per column, padding included
 
 
 class Eigh(torch.nn.Module):

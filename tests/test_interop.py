@@ -127,15 +127,19 @@ def test_save_hf_refuses_heads_the_family_cannot_prune(tmp_path):
 
 
 def test_manifest_says_which_files_padding_changes(tiny_classifier, tiny_arrays, tiny_tokenizer, tmp_path):
-    """Dynamic INT8 takes activation ranges over the padded tensor: the manifest must say so, truthfully."""
-    fp32 = export(tiny_classifier, OnnxExportConfig(), out=tmp_path / "fp32.onnx").path
+    """Dynamic INT8 takes activation ranges over the padded tensor unless the file trims the padding first:
+    the manifest must say which, truthfully."""
+    fp32 = export(tiny_classifier, OnnxExportConfig(trim_padding=False), out=tmp_path / "fp32.onnx").path
     int8 = quantize(fp32, DynamicInt8Config(target="x86"), out=tmp_path / "int8.onnx", eval_data=tiny_arrays).path
+    trimmed = quantize(export(tiny_classifier, OnnxExportConfig(), out=tmp_path / "trimmed-fp32.onnx").path,
+                       DynamicInt8Config(target="x86"), out=tmp_path / "trimmed.onnx").path
     tokenizer_dir = tmp_path / "tokenizer"
     tiny_tokenizer.save_pretrained(tokenizer_dir)
-    out = write_bundle(tmp_path / "b", models={"model.onnx": fp32, "int8.onnx": int8}, tokenizer_dir=tokenizer_dir,
-                       labels=LABELS, eval_arrays=tiny_arrays, manifest={}, max_length=32)
+    out = write_bundle(tmp_path / "b", models={"model.onnx": fp32, "int8.onnx": int8, "trimmed.onnx": trimmed},
+                       tokenizer_dir=tokenizer_dir, labels=LABELS, eval_arrays=tiny_arrays, manifest={}, max_length=32)
     files = json.loads((out / "manifest.json").read_text())["inputs"]["files"]
     assert files["model.onnx"]["padding_invariant"] is True
+    assert files["trimmed.onnx"]["padding_invariant"] is True and files["trimmed.onnx"]["max_abs_diff"] == 0
     assert files["int8.onnx"]["padding_invariant"] is False and files["int8.onnx"]["max_abs_diff"] > 0
     assert files["int8.onnx"]["padded_to"] == 32 and files["int8.onnx"]["examples"] == len(tiny_arrays["lengths"])
 

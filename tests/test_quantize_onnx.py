@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import pytest
 
+from edgebert.device_tests import backends
 from edgebert.errors import EdgebertError
 from edgebert.config import Config
 from edgebert.export import Budget, OnnxExportConfig, export, formats
@@ -41,6 +42,17 @@ def kinds(model, tmp_path_factory):
 
 def ops(path):
     return [n.op_type for n in onnx.load(str(path)).graph.node]
+
+
+def test_dynamic_int8_gives_the_real_length_result_on_padded_rows(fused, data, tmp_path):
+    """Dynamic INT8 scales each activation by its range, padding rows included, unless the padding is trimmed
+    first (the export's default): then a padded row gives what the row alone gives."""
+    q = quantize(fused, DynamicInt8Config(target="x86"), out=tmp_path / "q.onnx")
+    session = backends.Onnx(str(q.path), 1)
+    n = int(data["lengths"][0])
+    assert n < data["input_ids"].shape[1]
+    row = {k: data[k][:1] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    np.testing.assert_array_equal(session.run(row), session.run({k: v[:, :n] for k, v in row.items()}))
 
 
 def test_dynamic_int8_close_and_smaller(fused, data, tmp_path):

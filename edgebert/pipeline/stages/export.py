@@ -12,7 +12,7 @@ from edgebert.errors import EdgebertError
 from edgebert.export import Budget, export, formats
 
 from ..context import Context, State, task_model
-from .quantize import export_config
+from .quantize import export_config, exporters
 from .registry import Stage, register
 
 FLOAT_BUDGET = Budget(max_abs_diff=1e-3)
@@ -49,4 +49,8 @@ def run(ctx: Context, state: State, options: ExportStageConfig, dest: Path, work
     return record
 
 
-register(Stage(name="export", options=ExportStageConfig, run=run))
+def key(recipe) -> dict:
+    return {**recipe.stage("export").to_dict(), "exporters": exporters(recipe)}
+
+
+register(Stage(name="export", options=ExportStageConfig, run=run, key=key))
