@@ -107,8 +107,7 @@ def _heads(model: nn.Module, config: OnnxExportConfig) -> tuple[int, int]:
 
 def trace(model: nn.Module, spec: InputSpec, config: OnnxExportConfig, out: Path) -> None:
     """The raw exporter graph at `out`; an op the exporter cannot handle becomes one clear error."""
-    dtype = config.torch_dtype
-    args = tuple(sample_inputs(model, spec, dtype).values())
+    args = tuple(sample_inputs(model, spec, config.torch_dtype).values())
     axes = {n: {0: "batch", 1: "sequence"} for n in spec.names}
     axes[spec.output] = {0: "batch"}
     model.eval()
@@ -142,6 +141,12 @@ def _basic(src: Path, dst: Path) -> None:
     ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
 
 
+def _feeds(model: nn.Module, spec: InputSpec, config: OnnxExportConfig, shapes) -> list[dict[str, np.ndarray]]:
+    """`sample_inputs` as numpy feeds, one per (batch, length, seed) of `shapes`: what two graphs are compared on."""
+    return [{k: v.numpy() for k, v in sample_inputs(model, spec, config.torch_dtype, b, t, seed).items()}
+            for b, t, seed in shapes]
+
+
 def _same_outputs(a: Path, b: Path, feeds: list[dict[str, np.ndarray]]) -> float:
     sa, sb = backends.Onnx(str(a), 1), backends.Onnx(str(b), 1)
     return max(float(np.abs(sa.run(f) - sb.run(f)).max()) for f in feeds)
@@ -157,9 +162,7 @@ def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxE
     model_type = families.get(c.family).fusion if c is not None else "bert"
     options = FusionOptions(model_type)
     options.enable_embed_layer_norm = config.fuse_embeddings
-    dtype = config.torch_dtype
-    feeds = [{k: v.numpy() for k, v in sample_inputs(model, spec, dtype, b, t, seed).items()}
-             for b, t, seed in ((2, 8, 1), (1, 5, 2), (3, 13, 3))]
+    feeds = _feeds(model, spec, config, ((2, 8, 1), (1, 5, 2), (3, 13, 3)))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -177,16 +180,17 @@ def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxE
     return {"optimization": "basic", "fusion_fallback": reason}
 
 
-def trim_padding(path: Path, spec: InputSpec) -> bool:
-    """Slice every input to the last column any row's attention mask marks, before the encoder reads it.
+def trim_padding(src: Path, dst: Path, spec: InputSpec) -> bool:
+    """Write `src` to `dst` with every input sliced to the last column any row's attention mask marks,
+    before the encoder reads it.
 
     Masked positions never reach a real token's attention, and an output without a sequence axis (a
     classifier's [CLS] logits, a pooled embedding) is read from real tokens only, so the result is the
-    result at the real length, at its cost. Per-token outputs keep every column: False, graph unchanged."""
+    result at the real length, at its cost. Per-token outputs keep every column: False, nothing written."""
     import onnx
     from onnx import TensorProto, helper
 
-    model = onnx.load(str(path))
+    model = onnx.load(str(src))
     graph = model.graph
     if "attention_mask" not in spec.names or len(graph.output[0].type.tensor_type.shape.dim) != 2:
         return False
@@ -220,7 +224,7 @@ def trim_padding(path: Path, spec: InputSpec) -> bool:
     del graph.node[:]
     graph.node.extend(nodes)
     onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+    onnx.save(model, str(dst))
     return True
 
 
@@ -231,20 +235,16 @@ def trims_padding(path: str | Path) -> bool:
     return any(o.startswith(TRIM) for n in onnx.load(str(path), load_external_data=False).graph.node for o in n.output)
 
 
-def _trimmed(path: Path, before: Path, model: nn.Module, spec: InputSpec, config: OnnxExportConfig) -> bool | str:
-    """`trim_padding` on `path` (its untrimmed copy kept at `before`), kept only when padded inputs still give
-    the untrimmed outputs: True, False (a per-token output) or why not."""
-    shutil.copyfile(path, before)
-    if not trim_padding(path, spec):
+def _trimmed(path: Path, trimmed: Path, model: nn.Module, spec: InputSpec, config: OnnxExportConfig) -> bool | str:
+    """`trim_padding` of `path` (written at `trimmed` first), kept in its place only when padded inputs still
+    give the untrimmed outputs: True, False (a per-token output) or why not."""
+    if not trim_padding(path, trimmed, spec):
         return False
-    dtype = config.torch_dtype
-    feeds = [{k: v.numpy() for k, v in sample_inputs(model, spec, dtype, b, t, seed).items()}
-             for b, t, seed in ((1, 8, 4), (1, 13, 5), (2, 8, 6))]
-    diff = _same_outputs(before, path, feeds)
-    if diff <= FUSION_TOLERANCE:
-        return True
-    shutil.copyfile(before, path)
-    return f"off: the trimmed graph differs from the padded one by {diff:.3g}"
+    diff = _same_outputs(path, trimmed, _feeds(model, spec, config, ((1, 8, 4), (1, 13, 5), (2, 8, 6))))
+    if diff > FUSION_TOLERANCE:
+        return f"off: the trimmed graph differs from the padded one by {diff:.3g}"
+    shutil.copyfile(trimmed, path)
+    return True
 
 
 def export_onnx(model: nn.Module, config: OnnxExportConfig, spec: InputSpec, out: str | Path) -> dict:
@@ -263,7 +263,7 @@ def export_onnx(model: nn.Module, config: OnnxExportConfig, spec: InputSpec, out
                 dst.write_bytes(raw.read_bytes())
                 info = {"optimization": "none"}
             if config.trim_padding:
-                info["trim_padding"] = _trimmed(dst, Path(tmp) / "untrimmed.onnx", model, spec, config)
+                info["trim_padding"] = _trimmed(dst, Path(tmp) / "trimmed.onnx", model, spec, config)
     except Exception as e:  # a full disk reaches here as OSError, or as a truncated graph protobuf/ORT reject
         if not _disk_full(e, out.parent):
             raise
