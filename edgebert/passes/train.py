@@ -243,9 +243,9 @@ def _schedule(config: TrainConfig) -> Callable[[int], float]:
     return factor
 
 
-def fingerprint(*parts) -> str:
+def fingerprint(*parts, length: int = 16) -> str:
     """A short hash of JSON-able options, so a work dir is never resumed with different ones."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
 def _rng_state() -> dict:

@@ -10,7 +10,6 @@ from `OUT/work/`), and a re-run of an unchanged recipe does no work.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import shutil
 import tempfile
@@ -27,6 +26,7 @@ from edgebert.device_tests.metrics import points
 
 from .. import checkpoint
 from ..errors import EdgebertError
+from ..passes.train import fingerprint
 from .context import Context, State, context, data_fingerprint, eval_file, log, retokenize, start_model
 from .recipe import Recipe
 from .report import BASELINE_MARGIN, near_baseline
@@ -36,7 +36,8 @@ from .stages import STAGES
 
 
 def _key(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    """A stage folder's key: the 12-character fingerprint of what the stage's output is a function of."""
+    return fingerprint(*parts, length=12)
 
 
 def _prepare_out(out: Path, *, resume: bool, force: bool, need: int = 0) -> None:
