@@ -82,24 +82,31 @@ def check_prunable(tokenizer) -> None:
                             "end_of_word_suffix (its merges do not concatenate): drop the vocab stage for this model")
 
 
-def word_starts(tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    """(starts a word, is a whole alphabetic word of 2+ letters) per id, from the tokenizer's
-    continuation convention: WordPiece marks continuations (`##`), SentencePiece (`▁`) and byte-level
-    BPE (`Ġ`) mark word starts."""
+def word_marker(tokenizer) -> tuple[str, bool]:
+    """The tokenizer's word-piece marker and whether it marks word starts: WordPiece marks
+    continuations (`##`), SentencePiece (`▁`) and byte-level BPE (`Ġ`) mark word starts."""
     model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    if model["type"] == "WordPiece":
+        return model.get("continuing_subword_prefix") or "##", False
+    tokens = tokenizer.convert_ids_to_tokens(list(range(min(2000, len(tokenizer)))))
+    marker = next((m for m in ("▁", "Ġ") if any(t.startswith(m) for t in tokens)), None)
+    if marker is None:
+        raise EdgebertError(f"cannot tell where words start in this {model['type']} tokenizer (no ▁ or Ġ "
+                            "pieces): drop distill.augment and vocab.keep_words for this model")
+    return marker, True
+
+
+def word_starts(tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """(starts a word, is a whole alphabetic word of 2+ letters) per id, from `word_marker`."""
+    marker, marks_start = word_marker(tokenizer)
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     special = set(tokenizer.all_special_ids)
-    if model["type"] == "WordPiece":
-        prefix = model.get("continuing_subword_prefix") or "##"
-        start = np.array([not t.startswith(prefix) for t in tokens])
-        word = tokens
-    else:
-        marker = next((m for m in ("▁", "Ġ") if any(t.startswith(m) for t in tokens[:2000])), None)
-        if marker is None:
-            raise EdgebertError(f"cannot tell where words start in this {model['type']} tokenizer (no ▁ or Ġ "
-                                "pieces): drop distill.augment and vocab.keep_words for this model")
+    if marks_start:
         start = np.array([t.startswith(marker) for t in tokens])
         word = [t[len(marker):] if s else "" for t, s in zip(tokens, start)]
+    else:
+        start = np.array([not t.startswith(marker) for t in tokens])
+        word = tokens
     whole = np.array([bool(s) and len(w) > 1 and w.isalpha() and i not in special
                       for i, (s, w) in enumerate(zip(start, word))])
     start[list(special)] = True  # a special token ends the word before it
@@ -121,7 +128,7 @@ def kept_ids(tokenizer, counts: Counter, *, min_count: int = 1, extra: tuple[int
         keep |= {t for t, i in vocab.items() if i < len(whole) and whole[i] and t.isascii()}
     keep |= {str(t) for t in tokenizer.added_tokens_decoder.values()}
     keep |= {t for t, i in vocab.items() if i in extra}
-    prefix = model.get("continuing_subword_prefix") if kind == "WordPiece" else "▁" if kind == "Unigram" else None
+    prefix = None if kind == "BPE" else word_marker(tokenizer)[0]  # byte-level BPE keeps its byte alphabet below
     for token in vocab:
         core = token[len(prefix):] if prefix and token.startswith(prefix) and len(token) > len(prefix) else token
         if len(core) == 1 or (len(token) == _BYTE_PIECE and token.startswith("<0x") and token.endswith(">")):
