@@ -6,7 +6,9 @@ support weight-only/dynamic INT8, which is what they get, with one scale for the
 per-row scales are stored again in every signature's tensor metadata (1.5 MB for MiniLM's
 30522 rows × 4 signatures) and bought no accuracy on SST-2 (89.91% either way). The word table may
 instead be block-wise INT4 (ai-edge-quantizer's BLOCKWISE_<n> 4-bit EMBEDDING_LOOKUP, which
-ai-edge-litert 2.3.0 runs): its float16 scales live in a buffer the signatures share.
+ai-edge-litert 2.3.0 runs): its float16 scales live in a buffer the signatures share. That quantizer
+takes only symmetric blocks scaled by their max-abs, so the table is first moved onto the symmetric grid
+with the least squared error (`int4_grid`), which it then reproduces.
 """
 
 from __future__ import annotations
@@ -66,17 +68,53 @@ def _lookups(flatbuffer: bytes):
                 yield model, subgraph, op
 
 
-def int4_entries(flatbuffer: bytes, int4: Int4EmbeddingsConfig | None) -> list[dict]:
-    """Block-wise INT4 recipe entries for the lookups of tables with >= min_rows rows, by op scope (the
-    recipe's latest matching entry wins, so these override the INT8 EMBEDDING_LOOKUP entry before them)."""
+def int4_grid(w: np.ndarray, block_size: int) -> np.ndarray:
+    """`w` with each row's blocks of `block_size` values moved onto a symmetric 4-bit grid (codes −7..7 times
+    one scale a block): of the scales max-abs × 0.50, 0.52, … 1.00 / 7, the one with the least squared error.
+
+    ai-edge-quantizer takes a block's scale from its max-abs alone (rounded to bfloat16): on values already on
+    such a grid, with the scale bfloat16-exact, that lands on the same codes, so the file holds the MSE-best
+    symmetric table (less error than max-abs gives) and nothing is rounded twice."""
+    import ml_dtypes
+
+    rows, cols = w.shape
+    if cols % block_size:
+        raise EdgebertError(f"INT4 block size {block_size} does not divide the table's {cols} columns: "
+                            "choose Int4EmbeddingsConfig(block_size=...) that does")
+    blocks = w.astype(np.float32).reshape(rows, cols // block_size, block_size)
+    top = np.abs(blocks).max(axis=2, keepdims=True)
+    best, error = blocks, np.full(top.shape, np.inf)
+    for ratio in np.linspace(0.5, 1.0, 26):
+        scale = (top * ratio / 7).astype(ml_dtypes.bfloat16).astype(np.float16).astype(np.float32)
+        grid = np.clip(np.round(blocks / np.maximum(scale, 1e-30)), -7, 7) * scale
+        err = np.square(grid - blocks).sum(axis=2, keepdims=True)
+        better = err < error
+        best, error = np.where(better, grid, best), np.where(better, err, error)
+    return best.reshape(rows, cols)
+
+
+def int4_tables(flatbuffer: bytes, int4: Int4EmbeddingsConfig | None) -> tuple[bytes, list[dict]]:
+    """The file with each table of >= min_rows rows moved onto its `int4_grid`, and the block-wise INT4 recipe
+    entries for its lookups, by op scope (the recipe's latest matching entry wins, so these override the INT8
+    EMBEDDING_LOOKUP entry before them)."""
     if int4 is None:
-        return []
+        return flatbuffer, []
+    from ai_edge_litert.tools.flatbuffer_utils import convert_object_to_bytearray
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
 
     weight = {"num_bits": 4, "symmetric": True, "granularity": f"BLOCKWISE_{int4.block_size}", "dtype": "INT"}
-    return [_entry("EMBEDDING_LOOKUP", "dynamic", weight=weight,
-                   regex=f"^{re.escape(tfl.get_op_scope(op, sg.tensors))}$")
-            for _, sg, op in _lookups(flatbuffer) if sg.tensors[op.inputs[1]].shape[0] >= int4.min_rows]
+    entries, model, snapped = [], None, set()
+    for model, sg, op in _lookups(flatbuffer):
+        t = sg.tensors[op.inputs[1]]
+        if t.shape[0] < int4.min_rows:
+            continue
+        entries.append(_entry("EMBEDDING_LOOKUP", "dynamic", weight=weight,
+                              regex=f"^{re.escape(tfl.get_op_scope(op, sg.tensors))}$"))
+        if t.buffer not in snapped:  # one table the signatures share
+            snapped.add(t.buffer)
+            table = np.frombuffer(bytes(model.buffers[t.buffer].data), np.float32).reshape(t.shape)
+            model.buffers[t.buffer].data = np.frombuffer(int4_grid(table, int4.block_size).tobytes(), np.uint8)
+    return (bytes(convert_object_to_bytearray(model)) if snapped else flatbuffer), entries
 
 
 def int4_report(float_flatbuffer: bytes, quantized: bytes) -> dict[str, dict]:
@@ -131,13 +169,14 @@ def _run(q, calibration=None) -> bytes:
 def dynamic(flatbuffer: bytes, *, embeddings: bool = True, int4: Int4EmbeddingsConfig | None = None) -> bytes:
     """Dynamic-range INT8 (ai-edge-quantizer's dynamic_wi8_afp32), optionally leaving embeddings float
     or making the word table block-wise INT4."""
+    flatbuffer, int4_entries = int4_tables(flatbuffer, int4)
     entries = [_entry("*", "dynamic"), _entry("EMBEDDING_LOOKUP", "dynamic" if embeddings else "none")]
-    return _run(_quantizer(flatbuffer, entries + int4_entries(flatbuffer, int4)))
+    return _run(_quantizer(flatbuffer, entries + int4_entries))
 
 
 def embeddings_only(flatbuffer: bytes, int4: Int4EmbeddingsConfig | None = None) -> bytes:
-    entries = [_entry("EMBEDDING_LOOKUP", "dynamic")] + int4_entries(flatbuffer, int4)
-    return _run(_quantizer(flatbuffer, entries))
+    flatbuffer, int4_entries = int4_tables(flatbuffer, int4)
+    return _run(_quantizer(flatbuffer, [_entry("EMBEDDING_LOOKUP", "dynamic")] + int4_entries))
 
 
 def calibration_feeds(arrays: dict, lengths: dict[int, str], names: list[str], samples: int) -> dict:
@@ -182,5 +221,6 @@ def calibrate(flatbuffer: bytes, arrays: dict, samples: int) -> dict:
 def static(flatbuffer: bytes, calibration: dict, *, static_kinds: set[str], io: str = "float",
            embeddings: bool = True, int4: Int4EmbeddingsConfig | None = None) -> bytes:
     """Full INT8 (static) for `static_kinds`, dynamic-range linear layers elsewhere, float the rest."""
-    entries = recipe(static_kinds, io=io, embeddings=embeddings) + int4_entries(flatbuffer, int4)
+    flatbuffer, int4_entries = int4_tables(flatbuffer, int4)
+    entries = recipe(static_kinds, io=io, embeddings=embeddings) + int4_entries
     return _run(_quantizer(flatbuffer, entries), calibration)

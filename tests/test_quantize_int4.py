@@ -15,6 +15,7 @@ from edgebert.pipeline import recipe as recipes
 from edgebert.pipeline.stages.quantize import QuantizeStageConfig
 from edgebert.quantize import (DynamicInt8Config, Int4EmbeddingsConfig, Int8EmbeddingsConfig, StaticInt8Config,
                                quantize)
+from edgebert.quantize.tflite_ptq import int4_grid
 
 from builders import QUANT_VOCAB as VOCAB
 
@@ -113,9 +114,14 @@ def test_tflite_int4_table_smaller_and_close(model, table, fp32_tflite, data, tm
     (report,) = int4.meta["int4_embeddings"].values()  # the word table only: the 2-row type table stays INT8
     assert (report["rows"], report["cols"], report["block_size"]) == (VOCAB, 32, 32)
     assert report["bytes_after"] == VOCAB * 16 + VOCAB * 2  # packed codes + one float16 scale per block
-    # the report dequantizes the file's table: symmetric 4-bit codes with scale max|w|/7, so within scale/2
-    scale = np.abs(table).max(axis=1) / 7
-    assert 0 < report["mean_abs_error"] < report["max_abs_error"] <= scale.max() / 2 * 1.001
+    # the report dequantizes the file's table: exactly int4_grid's, symmetric codes -7..7 times one scale a
+    # block, chosen for least squared error, so below what max-abs scales (max|w|/7) give
+    grid = int4_grid(table, 32)
+    assert report["max_abs_error"] == pytest.approx(np.abs(grid - table).max(), rel=1e-5)
+    assert 0 < report["mean_abs_error"] == pytest.approx(np.abs(grid - table).mean(), rel=1e-5)
+    assert max(len(np.unique(block)) for block in grid.reshape(-1, 32)) <= 15
+    scale = np.abs(table).max(axis=1, keepdims=True) / 7
+    assert np.square(grid - table).sum() < np.square(np.round(table / scale) * scale - table).sum()
 
 
 def test_tflite_dynamic_with_int4_table(fp32_tflite, data, tmp_path):
