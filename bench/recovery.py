@@ -1,12 +1,12 @@
 """Issue 12's recovery choices, one at a time: what each buys on SST-2 dev.
 
 Every variant is the default recipe (edgebert/recipes/sst2-minilm.toml) with START's [prune] table and the
-variant's changes to it, run through the compile's own stages (`edgebert.pipeline.compile.run_stages`) into WORK, the folder of
-`edgebert compile --teacher ../shared/models/minilm-l6-sst2 --out runs/default`, from one start: the
-recipe's distilled student at START's distill steps (fixed, so the figures hold when the recipe's distill
-changes). Every variant recovers for BUDGET steps in all (rounds × steps per round), but the long (3×) and
-longer (6×) ones, which ask what more steps buy, and chooses its checkpoints on the recipe's validation split (training
-sentences held out); dev is what is reported. The variant chosen on validation is what the recipe's
+variant's changes to it, run through the compile's own stages (`edgebert.pipeline.compile.run_stages`) into
+WORK, the folder of `edgebert compile --teacher ../shared/models/minilm-l6-sst2 --out runs/default`, from one
+start: the recipe's distilled student at START's distill steps (fixed, so the figures hold when the recipe's
+distill changes). Every variant recovers for BUDGET steps in all (rounds × steps per round), but the long (3×)
+and longer (6×) ones, which ask what more steps buy, and chooses its checkpoints on the recipe's validation
+split (training sentences held out); dev is what is reported. The variant chosen on validation is what the recipe's
 [prune] table must be (tests/test_bench_recovery.py holds the two together).
 Writes bench/results/recovery.json and recovery.md.
 
