@@ -183,26 +183,20 @@ def timing_subset(source: Path, rows: int, seed: int, dest: Path) -> Path:
 
 
 def student_checkpoint(bundle: Path, manifest: dict, explicit: str | None) -> tuple[Path | None, str]:
-    """The last model stage's checkpoint of the compile that wrote `bundle` (OUT/stages/NN-name-KEY/model)."""
+    """The last model stage's checkpoint of the compile that wrote `bundle`, as its manifest names it
+    (OUT/stages/NN-name-KEY/model): stages of one shape, from recipes that differ elsewhere, sit side by side."""
     if explicit:
         return Path(explicit), "given with --student-checkpoint"
     stages = [s for s in manifest.get("stages", []) if "params" in s]
     if not stages:
         return None, "the manifest lists no model stages"
     last = stages[-1]
-    candidates = sorted((bundle.parent / "stages").glob(f"*-{last['name']}-*/model"))
-    for folder in reversed(candidates):
-        try:
-            from edgebert import checkpoint
-            from edgebert.stats import nbytes, params
-
-            model = checkpoint.load(folder)
-        except Exception as e:  # noqa: BLE001  a half-written or foreign folder: try the next
-            log(f"skipping {folder}: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
-            continue
-        if params(model)["total"] == last["params"]["total"] and nbytes(model) == last["bytes"]:
-            return folder, f"{folder.relative_to(bundle.parent)} (params and bytes match the manifest's {last['name']} stage)"
-    return None, f"no {last['name']} checkpoint matching the manifest under {bundle.parent / 'stages'}"
+    if "checkpoint" not in last:
+        return None, f"the manifest names no checkpoint for its {last['name']} stage: compile the bundle again"
+    folder = bundle.parent / last["checkpoint"]
+    if not (folder / "config.json").is_file():
+        return None, f"no {last['name']} checkpoint at {folder}, where the manifest puts it"
+    return folder, f"{last['checkpoint']} (the manifest's {last['name']} stage)"
 
 
 def tflite_int8_options(manifest: dict) -> dict:

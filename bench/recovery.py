@@ -70,6 +70,11 @@ VARIANTS = {
     "one-round-augment4-longer": ("1 round, logits, four word-swapped copies of each sentence, six times the steps",
                                   {"recovery": {"augment": {"copies": 4},
                                                 "train": {"steps": 6 * BUDGET, "eval_every": 700}}}),
+    "one-round-teacher-augment8-int4-longer": (
+        "1 round, logits from the fine-tuned teacher (not the unpruned student), eight word-swapped copies of each "
+        "sentence, six times the steps, the word table on its INT4 grid",
+        {"recover_from": "teacher", "int4_words": 32,
+         "recovery": {"augment": {"copies": 8}, "train": {"steps": 6 * BUDGET, "eval_every": 700}}}),
 }
 
 
@@ -97,8 +102,8 @@ def markdown(results: dict) -> str:
         f"steps (the stage before prune in `{results['work']}`; fixed here, so these figures hold when the recipe's "
         "distill changes). Target shape of every variant but the one that says otherwise: half of the heads and "
         "FFN neurons and a quarter of the hidden width removed (Taylor importance), then recovered by distillation "
-        "from the unpruned student for "
-        f"{BUDGET:,} steps in all at batch 32 (the long variants: three times that; the longer one six times), the "
+        "from the unpruned student (but where a variant says otherwise) for "
+        f"{BUDGET:,} steps in all at batch 32 (the long variants: three times that; the longer ones six times), the "
         "word table frozen. "
         "Checkpoints are chosen on the 1,000 held-out training sentences (validation); dev (872 sentences) is "
         "reported. PyTorch FP32, before vocabulary pruning and INT8.", "",

@@ -13,6 +13,7 @@ from pathlib import Path
 from edgebert.config import Config
 from edgebert.errors import EdgebertError
 from edgebert.export import Budget
+from edgebert.passes.int4 import BLOCK_SIZES
 from edgebert.passes.train import TrainConfig
 
 TARGETS = ("x86", "x86-vnni", "arm")
@@ -53,7 +54,6 @@ class Int8EmbeddingsConfig(Config):
     min_rows: int = 1000  # only tables at least this tall (the word embedding, not positions/types)
 
 
-BLOCK_SIZES = (32, 64, 128, 256)  # what both ORT's GatherBlockQuantized and ai-edge-quantizer's blockwise take
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,9 +61,10 @@ class Int4EmbeddingsConfig(Config):
     """Block-wise INT4 weight-only word embeddings: about 8× smaller than float, 2× smaller than INT8.
 
     Each row is cut into blocks of `block_size` values with one scale each. ONNX: ORT's
-    GatherBlockQuantized (com.microsoft; asymmetric 4-bit blocks with zero points, float16 scales) on an
-    unfused embedding, since the fused EmbedLayerNormalization has no 4-bit kernel (a fused file keeps its
-    INT8 QEmbedLayerNormalization, recorded as the fallback); TFLite: ai-edge-quantizer's blockwise INT4
+    GatherBlockQuantized (com.microsoft; 4-bit blocks with zero points and float16 scales, each block
+    asymmetric or symmetric, whichever has less squared error) on an unfused embedding, since the fused
+    EmbedLayerNormalization has no 4-bit kernel (a fused file keeps its INT8 QEmbedLayerNormalization,
+    recorded as the fallback); TFLite: ai-edge-quantizer's blockwise INT4
     EMBEDDING_LOOKUP (symmetric, float16 scales; each block's the one with the least squared error). Smaller
     tables get what the INT8 path gives them. Standalone it quantizes only the embeddings; as
     `int4_embeddings=` of an INT8 config it replaces that config's INT8 word table."""

@@ -275,25 +275,40 @@ def unpack4(packed: np.ndarray, n: int) -> np.ndarray:
 
 
 def int4_blocks(w: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Asymmetric 4-bit blocks of `block_size` values along each row: (codes uint8 [rows, cols],
-    scales float16 [rows, blocks], zero points uint8 [rows, blocks]).
+    """4-bit blocks of `block_size` values along each row: (codes uint8 [rows, cols], scales float16
+    [rows, blocks], zero points uint8 [rows, blocks]).
 
-    Each block's range is widened to hold 0, so its zero point is an integer code in 0..15 and every
-    value is within scale/2 of (code − zero point) · scale; a partial last block is allowed. A scale is
-    rounded up to a float16 (half the bytes of float32; at least float16's smallest normal) before the
-    codes are chosen, so the bound holds for the stored scale."""
+    Each block is the one of two with less squared error: asymmetric, its range widened to hold 0 so
+    the zero point is an integer code in 0..15; or symmetric (zero point 8, codes 1..15, scale max-abs / 7),
+    which holds a table already on TFLite's grid (`PruneConfig.int4_words`) exactly. Either way every value is
+    within scale/2 of (code − zero point) · scale; a partial last block is allowed. A scale is rounded up
+    to a float16 (half the bytes of float32; at least float16's smallest normal) before the codes are
+    chosen, so the bound holds for the stored scale."""
     rows, cols = w.shape
     blocks = -(-cols // block_size)
     padded = np.pad(w, ((0, 0), (0, blocks * block_size - cols)), mode="edge").reshape(rows, blocks, block_size)
     lo, hi = np.minimum(padded.min(axis=2), 0), np.maximum(padded.max(axis=2), 0)
-    exact = np.maximum((hi - lo) / 15, np.finfo(np.float16).tiny).astype(np.float32)
+    best = None
+    for scale, zero in ((_half_up((hi - lo) / 15), None), (_half_up(np.maximum(hi, -lo) / 7), 8.0)):
+        scale[hi == lo] = 1.0  # an all-zero block: any scale reproduces it
+        zero = np.clip(np.round(-lo / scale), 0, 15) if zero is None else np.full(scale.shape, zero)
+        codes = np.clip(np.round(padded / scale[..., None]) + zero[..., None], 0, 15)
+        error = np.square((codes - zero[..., None]) * scale[..., None] - padded).sum(axis=2)
+        if best is None:
+            best = [codes, scale, zero, error]
+        else:
+            better = error < best[3]
+            best = [np.where(better[..., None], codes, best[0]), np.where(better, scale, best[1]),
+                    np.where(better, zero, best[2]), None]
+    codes, scale, zero, _ = best
+    return codes.reshape(rows, -1)[:, :cols].astype(np.uint8), scale.astype(np.float16), zero.astype(np.uint8)
+
+
+def _half_up(exact: np.ndarray) -> np.ndarray:
+    """`exact` rounded up to float16 values (at least float16's smallest normal), as float32."""
+    exact = np.maximum(exact, np.finfo(np.float16).tiny).astype(np.float32)
     half = exact.astype(np.float16)
-    half = np.where(half.astype(np.float32) < exact, np.nextafter(half, np.float16(np.inf)), half)
-    half[hi == lo] = 1.0  # an all-zero block: any scale reproduces it
-    scale = half.astype(np.float32)
-    zero = np.clip(np.round(-lo / scale), 0, 15)
-    codes = np.clip(np.round(padded / scale[..., None]) + zero[..., None], 0, 15)
-    return codes.reshape(rows, -1)[:, :cols].astype(np.uint8), half, zero.astype(np.uint8)
+    return np.where(half.astype(np.float32) < exact, np.nextafter(half, np.float16(np.inf)), half).astype(np.float32)
 
 
 def table_report(w: np.ndarray, w_hat: np.ndarray, bytes_after: int, **extra) -> dict:

@@ -8,7 +8,7 @@ per-row scales are stored again in every signature's tensor metadata (1.5 MB for
 instead be block-wise INT4 (ai-edge-quantizer's BLOCKWISE_<n> 4-bit EMBEDDING_LOOKUP, which
 ai-edge-litert 2.3.0 runs): its float16 scales live in a buffer the signatures share. That quantizer
 takes only symmetric blocks scaled by their max-abs, so the table is first moved onto the symmetric grid
-with the least squared error (`int4_grid`), which it then reproduces.
+with the least squared error (`edgebert.passes.int4.int4_grid`), which it then reproduces.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import re
 from io import StringIO
 
 import numpy as np
+import torch
 
 from edgebert.device_tests import HarnessError, backends
 from edgebert.errors import EdgebertError
+from edgebert.passes.int4 import int4_grid
 
 from .config import Int4EmbeddingsConfig
 from .onnx_ptq import table_report
@@ -68,31 +70,6 @@ def _lookups(flatbuffer: bytes):
                 yield model, subgraph, op
 
 
-def int4_grid(w: np.ndarray, block_size: int) -> np.ndarray:
-    """`w` with each row's blocks of `block_size` values moved onto a symmetric 4-bit grid (codes −7..7 times
-    one scale a block): of the scales max-abs × 0.50, 0.52, … 1.00 / 7, the one with the least squared error.
-
-    ai-edge-quantizer takes a block's scale from its max-abs alone (rounded to bfloat16): on values already on
-    such a grid, with the scale bfloat16-exact, that lands on the same codes, so the file holds the MSE-best
-    symmetric table (less error than max-abs gives) and nothing is rounded twice."""
-    import ml_dtypes
-
-    rows, cols = w.shape
-    if cols % block_size:
-        raise EdgebertError(f"INT4 block size {block_size} does not divide the table's {cols} columns: "
-                            "choose Int4EmbeddingsConfig(block_size=...) that does")
-    blocks = w.astype(np.float32).reshape(rows, cols // block_size, block_size)
-    top = np.abs(blocks).max(axis=2, keepdims=True)
-    best, error = blocks, np.full(top.shape, np.inf)
-    for ratio in np.linspace(0.5, 1.0, 26):
-        scale = (top * ratio / 7).astype(ml_dtypes.bfloat16).astype(np.float16).astype(np.float32)
-        grid = np.clip(np.round(blocks / np.maximum(scale, 1e-30)), -7, 7) * scale
-        err = np.square(grid - blocks).sum(axis=2, keepdims=True)
-        better = err < error
-        best, error = np.where(better, grid, best), np.where(better, err, error)
-    return best.reshape(rows, cols)
-
-
 def int4_tables(flatbuffer: bytes, int4: Int4EmbeddingsConfig | None) -> tuple[bytes, list[dict]]:
     """The file with each table of >= min_rows rows moved onto its `int4_grid`, and the block-wise INT4 recipe
     entries for its lookups, by op scope (the recipe's latest matching entry wins, so these override the INT8
@@ -113,7 +90,8 @@ def int4_tables(flatbuffer: bytes, int4: Int4EmbeddingsConfig | None) -> tuple[b
         if t.buffer not in snapped:  # one table the signatures share
             snapped.add(t.buffer)
             table = np.frombuffer(bytes(model.buffers[t.buffer].data), np.float32).reshape(t.shape)
-            model.buffers[t.buffer].data = np.frombuffer(int4_grid(table, int4.block_size).tobytes(), np.uint8)
+            grid = int4_grid(torch.from_numpy(table.copy()), int4.block_size).numpy()
+            model.buffers[t.buffer].data = np.frombuffer(grid.tobytes(), np.uint8)
     return (bytes(convert_object_to_bytearray(model)) if snapped else flatbuffer), entries
 
 

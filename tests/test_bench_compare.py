@@ -111,23 +111,26 @@ def test_measure_runs_the_harness_and_counts_useful_flops(bench_scripts, tiny_on
     assert measure.useful_flops({"flops": None}, "real", lengths, 1, 2) is None
 
 
-def test_student_checkpoint_is_the_one_the_manifest_describes(bench_scripts, tmp_path):
+def test_student_checkpoint_is_the_one_the_manifest_names(bench_scripts, tmp_path):
     import torch
 
     from edgebert import checkpoint
     from edgebert.model import EncoderConfig, HeadConfig, build
-    from edgebert.stats import nbytes, params
 
     torch.manual_seed(0)
     model = build(EncoderConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64),
                   HeadConfig(num_labels=2, labels=["negative", "positive"]))
-    checkpoint.save(model, tmp_path / "out" / "stages" / "02-prune-abc" / "model")
-    manifest = {"stages": [{"name": "prune", "params": {"total": params(model)["total"]}, "bytes": nbytes(model)}]}
+    for key in ("abc", "def"):  # two stages of one shape, from recipes that differ elsewhere
+        checkpoint.save(model, tmp_path / "out" / "stages" / f"02-prune-{key}" / "model")
+    manifest = {"stages": [{"name": "prune", "params": {"total": 1}, "checkpoint": "stages/02-prune-def/model"}]}
     found, why = bench_scripts.measure.student_checkpoint(tmp_path / "out" / "bundle", manifest, None)
-    assert found == tmp_path / "out" / "stages" / "02-prune-abc" / "model" and "match" in why
-    manifest["stages"][0]["bytes"] += 4
+    assert found == tmp_path / "out" / "stages" / "02-prune-def" / "model" and "the manifest's prune stage" in why
+    manifest["stages"][0]["checkpoint"] = "stages/02-prune-gone/model"
     found, why = bench_scripts.measure.student_checkpoint(tmp_path / "out" / "bundle", manifest, None)
-    assert found is None and "no prune checkpoint" in why
+    assert found is None and "where the manifest puts it" in why
+    del manifest["stages"][0]["checkpoint"]
+    found, why = bench_scripts.measure.student_checkpoint(tmp_path / "out" / "bundle", manifest, None)
+    assert found is None and "compile the bundle again" in why
     manifest = {"verification": {"model.tflite": {"meta": {"config": {"type": "DynamicInt8", "per_channel": True,
                                                                       "target": "x86", "int8_embeddings": False}}}}}
     assert bench_scripts.measure.tflite_int8_options(manifest) == {"per_channel": True, "target": "x86", "int8_embeddings": False}

@@ -61,6 +61,8 @@ def test_bundle_holds_what_an_app_needs(finished):
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert [s["name"] for s in manifest["stages"]] == ["finetune", "distill"]
     assert manifest["stages"][1]["params"]["total"] < manifest["stages"][0]["params"]["total"]
+    assert [s["checkpoint"] for s in manifest["stages"]] == [f"stages/{p.parent.name}/model"  # this run's own
+                                                             for p in sorted(out.glob("stages/*/model"))]
     check = manifest["verification"]["model.onnx"]["verify"]  # the INT8 file against PyTorch, on the dev split
     assert check["agreement"] > 0.9 and check["metric_drop"] <= 0.10 and check["max_abs_diff"] < 0.5
     assert (bundle / "labels.txt").read_text() == "negative\npositive\n"
@@ -112,6 +114,24 @@ def test_stages_alone_are_the_stages_a_compile_reuses(finished, tiny_checkpoint,
     records = compiler.run_stages(_recipe(tiny_checkpoint, stages=["finetune", "distill"]), out, data_dir=str(tiny_sst2))
     assert [r["name"] for r in records] == ["finetune", "distill"]
     assert [r["metrics"] for r in records] == [s["metrics"] for s in manifest["stages"]]
+
+
+def test_prune_recovers_from_the_teacher_the_distill_stage_learned_from(tiny_checkpoint, tiny_sst2, tmp_path):
+    from edgebert.passes import DistillConfig, PruneConfig, TeacherCache, TrainConfig
+    from edgebert.pipeline.context import context, task_model
+
+    recovery = DistillConfig(train=TrainConfig(steps=2, batch_size=8, progress=False))
+    prune = PruneConfig(heads=0.5, recover_from="teacher", sample_batches=1, batch_size=8, recovery=recovery)
+    recipe = _recipe(tiny_checkpoint, stages=["finetune", "distill", "prune"])
+    recipe = replace(recipe, options={**recipe.options, "prune": prune})
+    out = tmp_path / "out"
+    finetuned, _, pruned = compiler.run_stages(recipe, out, data_dir=str(tiny_sst2))
+    ctx = context(recipe, out, str(tiny_sst2))
+    teacher = task_model(out / "stages" / finetuned["folder"] / "model", ctx.task)
+    cache = out / "work" / pruned["folder"] / "teacher-cache" / TeacherCache.key(teacher, ctx.data.train, [])
+    assert (cache / "meta.json").is_file()  # recovery's labels are the fine-tuned model's, not the student's
+    with pytest.raises(EdgebertError, match='put "distill" before "prune"'):
+        compiler.run_stages(replace(recipe, stages=["finetune", "prune"]), tmp_path / "b", data_dir=str(tiny_sst2))
 
 
 def test_interrupted_stage_resumes_to_the_same_bundle(finished, tiny_checkpoint, tiny_sst2, tmp_path, monkeypatch):

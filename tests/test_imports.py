@@ -29,8 +29,8 @@ FLOORS = {
 }
 # Floor 2 holds three neighbours that stay apart: what one may import from another.
 NEIGHBOURS = {
-    # export's public API; QAT's training loop and distillation loss
-    "edgebert.quantize": ("edgebert.export", "edgebert.passes.train", "edgebert.passes.losses"),
+    # export's public API; QAT's training loop and distillation loss; the INT4 word grid prune trains on
+    "edgebert.quantize": ("edgebert.export", "edgebert.passes.train", "edgebert.passes.losses", "edgebert.passes.int4"),
     "edgebert.export": (),
     "edgebert.passes": (),
 }

@@ -161,3 +161,36 @@ def test_unstructured_pruning_is_size_only():
     record = prune(tiny_model(), PruneConfig(unstructured=0.3, recovery=None), TaskData(tiny_data(32))).record
     assert record.details["unstructured_sparsity"] >= 0.3
     assert record.flops_128 == flops(tiny_model().config, 64, 2) and "FLOPs" in record.details["note"]
+
+
+def test_recovery_from_a_given_teacher_on_the_int4_word_grid(tmp_path):
+    from edgebert.model import embeddings
+    from edgebert.passes.int4 import int4_grid
+
+    data = TaskData(tiny_data(64), tiny_data(16, seed=1))
+    train = TrainConfig(steps=12, lr=3e-3, batch_size=16, progress=False, eval_every=12, freeze_word_embeddings=True)
+    cfg = PruneConfig(heads=0.5, recover_from="teacher", int4_words=32, sample_batches=2, batch_size=16,
+                      recovery=DistillConfig(train=train, temperature=1.0))
+    with pytest.raises(EdgebertError, match="pass teacher="):
+        prune(tiny_model(), cfg, data)
+    table = embeddings(tiny_model()).word.weight.detach().clone()
+    teacher = tiny_model()
+    with torch.no_grad():  # a teacher sure of label 0 everywhere
+        teacher.classifier.bias.copy_(torch.tensor([8.0, -8.0]))
+
+    def leaning(model):  # how far the model leans to label 0 on the eval sentences
+        logits = outputs(model, data.eval)
+        return float((logits[:, 0] - logits[:, 1]).mean())
+
+    from_teacher = prune(tiny_model(), cfg, data, teacher=teacher, work_dir=tmp_path / "t").model
+    from_unpruned = prune(tiny_model(), cfg.replace(recover_from="unpruned"), data, work_dir=tmp_path / "u").model
+    assert leaning(from_teacher) > leaning(from_unpruned) + 0.5
+    word = embeddings(from_teacher).word.weight.detach()
+    assert torch.equal(word, int4_grid(table, 32)) and not torch.equal(word, table)  # on the grid, and stayed there
+    assert max(len(torch.unique(block)) for block in word.reshape(-1, 32)) <= 15
+    with pytest.raises(EdgebertError, match="freeze_word_embeddings = true"):
+        PruneConfig(int4_words=32)
+    with pytest.raises(EdgebertError, match="int4_words 48: use one of"):
+        cfg.replace(int4_words=48)
+    with pytest.raises(EdgebertError, match="recover_from 'student'"):
+        cfg.replace(recover_from="student")

@@ -1,21 +1,23 @@
 """Block-wise INT4 word embeddings: ORT's GatherBlockQuantized and LiteRT's blockwise EMBEDDING_LOOKUP."""
 
+import copy
 import json
 
 import numpy as np
 import onnx
 import pytest
+import torch
 from onnx import helper, numpy_helper
 
 from edgebert.errors import EdgebertError
 from edgebert.model import embeddings
+from edgebert.passes.int4 import int4_grid
 from edgebert.export import Budget, OnnxExportConfig, TFLiteExportConfig, export
 from edgebert.pipeline import compile as compiler
 from edgebert.pipeline import recipe as recipes
 from edgebert.pipeline.stages.quantize import QuantizeStageConfig
 from edgebert.quantize import (DynamicInt8Config, Int4EmbeddingsConfig, Int8EmbeddingsConfig, StaticInt8Config,
                                quantize)
-from edgebert.quantize.tflite_ptq import int4_grid
 
 from builders import QUANT_VOCAB as VOCAB
 
@@ -116,12 +118,24 @@ def test_tflite_int4_table_smaller_and_close(model, table, fp32_tflite, data, tm
     assert report["bytes_after"] == VOCAB * 16 + VOCAB * 2  # packed codes + one float16 scale per block
     # the report dequantizes the file's table: exactly int4_grid's, symmetric codes -7..7 times one scale a
     # block, chosen for least squared error, so below what max-abs scales (max|w|/7) give
-    grid = int4_grid(table, 32)
+    grid = int4_grid(torch.from_numpy(table), 32).numpy()
     assert report["max_abs_error"] == pytest.approx(np.abs(grid - table).max(), rel=1e-5)
     assert 0 < report["mean_abs_error"] == pytest.approx(np.abs(grid - table).mean(), rel=1e-5)
     assert max(len(np.unique(block)) for block in grid.reshape(-1, 32)) <= 15
     scale = np.abs(table).max(axis=1, keepdims=True) / 7
     assert np.square(grid - table).sum() < np.square(np.round(table / scale) * scale - table).sum()
+
+
+@pytest.mark.parametrize("suffix", ["onnx", "tflite"])
+def test_int4_files_hold_a_table_on_its_grid_exactly(model, data, tmp_path, suffix):
+    """What `PruneConfig.int4_words` trains on is what both INT4 files store: nothing is rounded twice."""
+    on_grid = copy.deepcopy(model)
+    word = embeddings(on_grid).word
+    word.weight.data = int4_grid(word.weight, 32)
+    int4 = quantize(on_grid, Int4EmbeddingsConfig(), out=tmp_path / f"g4.{suffix}", eval_data=data, budget=CLOSE,
+                    export_as=TFLiteExportConfig(seq_lens=(8, 16)) if suffix == "tflite" else None)
+    (report,) = int4.meta["int4_embeddings"].values()
+    assert report["max_abs_error"] == 0 and report["mean_abs_error"] == 0
 
 
 def test_tflite_dynamic_with_int4_table(fp32_tflite, data, tmp_path):

@@ -12,9 +12,12 @@ Width pruning (`width`, as CoFi does) removes the same hidden units everywhere; 
 statistics of the full width (see `surgery.remove_hidden`). Layer removal keeps a model's attention
 layout: ModernBERT's global layers stay at their positions (`surgery.layer_choice`).
 
-Pruning goes in `rounds`, each followed by distillation from the unpruned teacher, and yields a
-physically smaller dense model. `unstructured` (magnitude pruning) only zeroes weights: that
-shrinks a compressed file, not the dense compute, so it is reported as a size-only measure.
+Pruning goes in `rounds`, each followed by distillation from the unpruned model (or, `recover_from =
+"teacher"`, from the teacher it was distilled from), and yields a physically smaller dense model. With
+`int4_words`, the frozen word table is first moved onto the INT4 grid (`int4.py`), so recovery trains
+around that error and the INT4 files hold the table PyTorch was trained with. `unstructured` (magnitude
+pruning) only zeroes weights: that shrinks a compressed file, not the dense compute, so it is reported as
+a size-only measure.
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ from .. import checkpoint
 from ..config import Config
 from ..data import BucketBatchSampler, TaskData
 from ..errors import EdgebertError
-from ..model import Embedder, EncoderConfig, blocks, encoder_of, hidden_parts
+from ..model import Embedder, EncoderConfig, blocks, embeddings, encoder_of, hidden_parts
 from ..stats import flops
 from .distill import DistillConfig, distill
 from .finetune import check_task_model, task_loss
+from .int4 import BLOCK_SIZES, int4_grid
 from .surgery import check_unshared, layer_choice, remove_heads, remove_hidden, remove_layers, remove_neurons
 from .train import Result, TrainConfig, collate, lengths_of, measure, seed_all, task_evaluator
 
@@ -61,6 +65,8 @@ class PruneConfig(Config):
     unstructured: float = 0.0  # fraction of encoder weights zeroed by magnitude at the end (size only)
     recovery: DistillConfig | None = field(
         default_factory=lambda: DistillConfig(train=TrainConfig(steps=500, lr=1e-4, eval_every=250)))
+    recover_from: str = "unpruned"  # recovery's teacher: a copy of the unpruned model, or "teacher" (given: teacher=)
+    int4_words: int | None = None  # INT4 block size: the frozen word table moves onto that grid before recovery
     seed: int = 42
 
     def __post_init__(self):
@@ -73,6 +79,15 @@ class PruneConfig(Config):
             raise EdgebertError("a params/flops budget decides the head and FFN fractions: leave heads/ffn at 0")
         if self.rounds < 1:
             raise EdgebertError(f"PruneConfig.rounds must be at least 1, got {self.rounds}")
+        if self.recover_from not in ("unpruned", "teacher"):
+            raise EdgebertError(f"PruneConfig.recover_from {self.recover_from!r}: use 'unpruned' or 'teacher'")
+        if self.int4_words is not None:
+            if self.int4_words not in BLOCK_SIZES:
+                raise EdgebertError(f"PruneConfig.int4_words {self.int4_words}: use one of {BLOCK_SIZES}, the INT4 "
+                                    "block size the quantize stage writes")
+            if self.recovery is None or not self.recovery.train.freeze_word_embeddings:
+                raise EdgebertError("PruneConfig.int4_words puts the word table on its INT4 grid for recovery to train "
+                                    "around: set recovery.train.freeze_word_embeddings = true so it stays there")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,12 +288,15 @@ def _shape(model: nn.Module) -> dict:
 def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.Module | None = None,
           work_dir: str | Path | None = None) -> Result:
     """Prune `model` (in place) by importance on `data.train`, recovering by distillation from
-    `teacher` (default: a copy of the unpruned model) after each round."""
+    `teacher` (default: a copy of the unpruned model; required with `recover_from = "teacher"`) after each round."""
     if config.recovery is not None and config.recovery.makes_student:
         raise EdgebertError("PruneConfig.recovery distils the pruned model itself: leave its layers/keep_layers/"
                             "heads/ffn unset")
     check_task_model(model, "prune", embedders=True)
     check_unshared(model, "prune")
+    if config.recover_from == "teacher" and teacher is None:
+        raise EdgebertError("PruneConfig.recover_from = 'teacher' distils from the model the student was distilled "
+                            "from: pass teacher= (a compile passes its distill stage's teacher)")
     seed_all(config.seed)
     teacher = teacher if teacher is not None else copy.deepcopy(model).eval()
     before = measure("before", model)
@@ -327,6 +345,9 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
         narrow = round(config.width * share * start_shape["hidden"]) - (start_shape["hidden"] - shape["hidden"])
         if narrow > 0:
             remove_hidden(model, torch.argsort(scores.hidden, stable=True)[:narrow].tolist())
+        if config.int4_words is not None:
+            word = embeddings(model).word
+            word.weight.data = int4_grid(word.weight, config.int4_words)
         round_wall, round_steps, chosen = 0.0, 0, {}
         if config.recovery is not None and config.recovery.train.steps:
             rec = distill(model, recovery, data, teacher=teacher, work_dir=folder / "recovery" if folder else None).record

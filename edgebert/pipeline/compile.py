@@ -128,6 +128,8 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict],
         if name == "finetune" and recipe.teacher:
             log("finetune: skipped, the recipe starts from a fine-tuned teacher")
             continue
+        if name == "distill":
+            state.teacher = state.model
         stage = STAGES[name]
         key = _key(key, name, stage.cache_key(recipe))
         dest = out / "stages" / f"{i:02d}-{name}-{key}"
@@ -263,6 +265,7 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
         manifest_stages.append({"name": record["name"], "params": {"total": record["params"]},
                                 "bytes": record["bytes"], "flops": record["flops_128"],
                                 "metrics": record["metrics"], "wall_s": record["wall_s"],
+                                "checkpoint": f"stages/{record['folder']}/model",  # under the compile's --out
                                 **({"validation": chosen} if (chosen := record.get("details", {}).get("validation")) else {})})
         if bench and metric is not None:
             model_dir = ctx.out / "stages" / record["folder"] / "model"  # this run's (a search makes several)

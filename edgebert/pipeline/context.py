@@ -46,6 +46,7 @@ class State:
     model: Path  # the current PyTorch checkpoint
     files: dict[str, Path]  # exported model files so far ("model.onnx", "model.tflite")
     verification: dict[str, dict]
+    teacher: Path | None = None  # the checkpoint the distill stage learned from, once it has run
 
 
 def log(message: str) -> None:
@@ -265,16 +266,19 @@ def data_fingerprint(ctx: Context) -> str:
     return h.hexdigest()[:16]
 
 
-def pass_stage(verb):
+def pass_stage(verb, teacher=None):
     """The run function of a stage that is one pass: load the current model for the task, run
-    `verb(model, options, data)`, save the result as this stage's model."""
+    `verb(model, options, data)`, save the result as this stage's model. `teacher(ctx, state, options)`,
+    when given, is the checkpoint folder of the pass's `teacher=` (None: the pass's own default)."""
 
     def run(ctx: Context, state: State, options, dest: Path, work: Path) -> dict:
         import torch
 
         model = task_model(state.model, ctx.task)
+        folder = teacher(ctx, state, options) if teacher is not None else None
         torch.manual_seed(ctx.recipe.seed)
-        result = verb(model, options, ctx.data, work_dir=work)
+        result = verb(model, options, ctx.data, work_dir=work,
+                      teacher=task_model(folder, ctx.task).eval() if folder is not None else None)
         checkpoint.save(result.model, dest / "model", tokenizer_from=ctx.tokenizer_dir)
         return result.record.to_dict()
 
