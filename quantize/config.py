@@ -54,8 +54,6 @@ class Int8EmbeddingsConfig(Config):
     min_rows: int = 1000  # only tables at least this tall (the word embedding, not positions/types)
 
 
-
-
 @dataclass(frozen=True, kw_only=True)
 class Int4EmbeddingsConfig(Config):
     """Block-wise INT4 weight-only word embeddings: about 8× smaller than float, 2× smaller than INT8.
@@ -64,10 +62,10 @@ class Int4EmbeddingsConfig(Config):
     GatherBlockQuantized (com.microsoft; 4-bit blocks with zero points and float16 scales, each block
     asymmetric or symmetric, whichever has less squared error) on an unfused embedding, since the fused
     EmbedLayerNormalization has no 4-bit kernel (a fused file keeps its INT8 QEmbedLayerNormalization,
-    recorded as the fallback); TFLite: ai-edge-quantizer's blockwise INT4
-    EMBEDDING_LOOKUP (symmetric, float16 scales; each block's the one with the least squared error). Smaller
-    tables get what the INT8 path gives them. Standalone it quantizes only the embeddings; as
-    `int4_embeddings=` of an INT8 config it replaces that config's INT8 word table."""
+    recorded as the fallback); TFLite: ai-edge-quantizer's blockwise INT4 EMBEDDING_LOOKUP (symmetric,
+    float16 scales; each block's the one with the least squared error). Smaller tables get what the INT8
+    path gives them. Standalone it quantizes only the embeddings; as `int4_embeddings=` of an INT8 config
+    it replaces that config's INT8 word table."""
 
     block_size: int = 32
     min_rows: int = 1000  # only tables at least this tall (the word embedding, not positions/types)

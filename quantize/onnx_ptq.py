@@ -288,20 +288,23 @@ def int4_blocks(w: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray,
     blocks = -(-cols // block_size)
     padded = np.pad(w, ((0, 0), (0, blocks * block_size - cols)), mode="edge").reshape(rows, blocks, block_size)
     lo, hi = np.minimum(padded.min(axis=2), 0), np.maximum(padded.max(axis=2), 0)
-    best = None
-    for scale, zero in ((_half_up((hi - lo) / 15), None), (_half_up(np.maximum(hi, -lo) / 7), 8.0)):
+    asymmetric = _half_up((hi - lo) / 15)
+    symmetric = _half_up(np.maximum(hi, -lo) / 7)
+    for scale in (asymmetric, symmetric):
         scale[hi == lo] = 1.0  # an all-zero block: any scale reproduces it
-        zero = np.clip(np.round(-lo / scale), 0, 15) if zero is None else np.full(scale.shape, zero)
-        codes = np.clip(np.round(padded / scale[..., None]) + zero[..., None], 0, 15)
-        error = np.square((codes - zero[..., None]) * scale[..., None] - padded).sum(axis=2)
-        if best is None:
-            best = [codes, scale, zero, error]
-        else:
-            better = error < best[3]
-            best = [np.where(better[..., None], codes, best[0]), np.where(better, scale, best[1]),
-                    np.where(better, zero, best[2]), None]
-    codes, scale, zero, _ = best
+    zeros = np.clip(np.round(-lo / asymmetric), 0, 15), np.full(symmetric.shape, 8.0)
+    (a_codes, a_error), (s_codes, s_error) = (_codes(padded, scale, zero)
+                                              for scale, zero in zip((asymmetric, symmetric), zeros))
+    better = s_error < a_error
+    codes = np.where(better[..., None], s_codes, a_codes)
+    scale, zero = np.where(better, symmetric, asymmetric), np.where(better, zeros[1], zeros[0])
     return codes.reshape(rows, -1)[:, :cols].astype(np.uint8), scale.astype(np.float16), zero.astype(np.uint8)
+
+
+def _codes(blocks: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`blocks` [rows, n, block_size] coded at one scale and zero point a block, and each block's squared error."""
+    codes = np.clip(np.round(blocks / scale[..., None]) + zero[..., None], 0, 15)
+    return codes, np.square((codes - zero[..., None]) * scale[..., None] - blocks).sum(axis=2)
 
 
 def _half_up(exact: np.ndarray) -> np.ndarray:

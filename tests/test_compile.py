@@ -130,6 +130,10 @@ def test_prune_recovers_from_the_teacher_the_distill_stage_learned_from(tiny_che
     teacher = task_model(out / "stages" / finetuned["folder"] / "model", ctx.task)
     cache = out / "work" / pruned["folder"] / "teacher-cache" / TeacherCache.key(teacher, ctx.data.train, [])
     assert (cache / "meta.json").is_file()  # recovery's labels are the fine-tuned model's, not the student's
+    key = STAGES["prune"].cache_key  # the new options enter it only when set: prune runs cached before them resume
+    assert {"recover_from", "int4_words"} & set(key(replace(recipe, options={**recipe.options,
+                                                                            "prune": PruneConfig()}))) == set()
+    assert key(recipe)["recover_from"] == "teacher"
     with pytest.raises(EdgebertError, match='put "distill" before "prune"'):
         compiler.run_stages(replace(recipe, stages=["finetune", "prune"]), tmp_path / "b", data_dir=str(tiny_sst2))
 

@@ -262,15 +262,14 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
         if "params" not in record:  # an export stage: its files are described under "verification"
             continue
         metric = record["metrics"].get(task.metric)
+        model_dir = f"stages/{record['folder']}/model"  # this run's, under the compile's --out (a search makes several)
         manifest_stages.append({"name": record["name"], "params": {"total": record["params"]},
                                 "bytes": record["bytes"], "flops": record["flops_128"],
-                                "metrics": record["metrics"], "wall_s": record["wall_s"],
-                                "checkpoint": f"stages/{record['folder']}/model",  # under the compile's --out
+                                "metrics": record["metrics"], "wall_s": record["wall_s"], "checkpoint": model_dir,
                                 **({"validation": chosen} if (chosen := record.get("details", {}).get("validation")) else {})})
         if bench and metric is not None:
-            model_dir = ctx.out / "stages" / record["folder"] / "model"  # this run's (a search makes several)
             chart.append({"stage": record["name"], "format": "pytorch", "metric": points(metric),
-                           "latency_ms": _torch_latency(model_dir, ctx.eval_arrays), "bytes": record["bytes"],
+                           "latency_ms": _torch_latency(ctx.out / model_dir, ctx.eval_arrays), "bytes": record["bytes"],
                            "metric_name": task.metric})
     labels = list(task.labels) if task.kind != "regression" else []
     measured = _bench_files(ctx, state, labels) if bench else {}
