@@ -266,16 +266,21 @@ def data_fingerprint(ctx: Context) -> str:
     return h.hexdigest()[:16]
 
 
-def pass_stage(verb, teacher=None):
+def pass_stage(verb, teacher=None, cache=None):
     """The run function of a stage that is one pass: load the current model for the task, run
     `verb(model, options, data)`, save the result as this stage's model. `teacher(ctx, state, options)`,
-    when given, is the checkpoint folder of the pass's `teacher=` (None: the pass's own default)."""
+    when given, is the checkpoint folder of the pass's `teacher=` (None: the pass's own default);
+    `cache(options, root)`, the options with their teacher-output cache under `root`, one folder for every
+    stage of a compile (a cache is keyed by the teacher's weights and the text, so stages that label the same
+    text with the same teacher build it once)."""
 
     def run(ctx: Context, state: State, options, dest: Path, work: Path) -> dict:
         import torch
 
         model = task_model(state.model, ctx.task)
         folder = teacher(ctx, state, options) if teacher is not None else None
+        if cache is not None:
+            options = cache(options, ctx.out / "work" / "teacher-cache")
         torch.manual_seed(ctx.recipe.seed)
         result = verb(model, options, ctx.data, work_dir=work,
                       teacher=task_model(folder, ctx.task).eval() if folder is not None else None)

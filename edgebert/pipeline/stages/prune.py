@@ -17,5 +17,12 @@ def teacher(ctx, state, options: PruneConfig):
     return state.teacher
 
 
-register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher),
+def cache(options: PruneConfig, root) -> PruneConfig:
+    recovery = options.recovery
+    if recovery is None or recovery.cache_dir:
+        return options
+    return options.replace(recovery=recovery.replace(cache_dir=str(root)))
+
+
+register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher, cache),
                added=("recover_from", "int4_words")))
