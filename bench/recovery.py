@@ -4,10 +4,10 @@ Every variant is the default recipe (edgebert/recipes/sst2-minilm.toml) with STA
 variant's changes to it, run through the compile's own stages (`edgebert.pipeline.compile.run_stages`) into
 WORK, the folder of `edgebert compile --teacher ../shared/models/minilm-l6-sst2 --out runs/default`, from one
 start: the recipe's distilled student at START's distill steps (fixed, so the figures hold when the recipe's
-distill changes). Every variant recovers for BUDGET steps in all (rounds × steps per round), but the long (3×)
-and longer (6×) ones, which ask what more steps buy, and chooses its checkpoints on the recipe's validation
-split (training sentences held out); dev is what is reported. The variant chosen on validation is what the recipe's
-[prune] table must be (tests/test_bench_recovery.py holds the two together).
+distill changes). Every variant recovers for BUDGET steps in all (rounds × steps per round), but the long (3×),
+longer (6×) and longest (12×) ones, which ask what more steps buy, and chooses its checkpoints on the recipe's
+validation split (training sentences held out); dev is what is reported. The variant chosen on validation is what
+the recipe's [prune] table must be (tests/test_bench_recovery.py holds the two together).
 Writes bench/results/recovery.json and recovery.md.
 
     python bench/recovery.py [--work runs/default] [--teacher ../shared/models/minilm-l6-sst2] [--only NAME,...]
@@ -75,6 +75,11 @@ VARIANTS = {
         "sentence, six times the steps, the word table on its INT4 grid",
         {"recover_from": "teacher", "int4_words": 32,
          "recovery": {"augment": {"copies": 8}, "train": {"steps": 6 * BUDGET, "eval_every": 700}}}),
+    "one-round-teacher-augment8-int4-longest": (
+        "1 round, logits from the fine-tuned teacher, eight word-swapped copies of each sentence, twelve times the "
+        "steps, the word table on its INT4 grid",
+        {"recover_from": "teacher", "int4_words": 32,
+         "recovery": {"augment": {"copies": 8}, "train": {"steps": 12 * BUDGET, "eval_every": 1400}}}),
 }
 
 
@@ -103,8 +108,8 @@ def markdown(results: dict) -> str:
         "distill changes). Target shape of every variant but the one that says otherwise: half of the heads and "
         "FFN neurons and a quarter of the hidden width removed (Taylor importance), then recovered by distillation "
         "from the unpruned student (but where a variant says otherwise) for "
-        f"{BUDGET:,} steps in all at batch 32 (the long variants: three times that; the longer ones six times), the "
-        "word table frozen. "
+        f"{BUDGET:,} steps in all at batch 32 (the long variants: three times that; the longer ones six times; the "
+        "longest twelve), the word table frozen. "
         "Checkpoints are chosen on the 1,000 held-out training sentences (validation); dev (872 sentences) is "
         "reported. PyTorch FP32, before vocabulary pruning and INT8.", "",
         "| variant | rounds × steps | dev accuracy | Δ vs 1 round, logits only (points) | validation accuracy | "
