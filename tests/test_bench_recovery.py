@@ -24,7 +24,7 @@ def test_variants_share_one_start_and_change_only_prune(bench_scripts):
         variant = recovery.variant_recipe(changes, TEACHER)
         assert variant.stages == ["finetune", "distill", "prune"]
         prune = variant.stage("prune")
-        factor = {"-long": 3, "-longer": 6, "-longest": 12}.get("-" + name.rsplit("-", 1)[-1], 1)
+        factor = {"long": 3, "longer": 6, "longest": 12}.get(name.rsplit("-", 1)[-1], 1)
         assert prune.rounds * prune.recovery.train.steps == recovery.BUDGET * factor, name
         assert variant.stage("distill").train.steps == recovery.START["distill"]["train"]["steps"]
         assert all(variant.stage(s) == compiled.stage(s) for s in STAGES if s not in ("distill", "prune"))

@@ -82,6 +82,10 @@ class DistillConfig(Config):
             raise EdgebertError("DistillConfig.augment: swapped copies have no gold labels, so label_weight must be 0 "
                                 "(the teacher's soft labels teach them)")
 
+    def cached_in(self, root) -> "DistillConfig":
+        """These options with the teacher-output cache under `root`, unless they name a cache of their own."""
+        return self if self.cache_dir else self.replace(cache_dir=str(root))
+
     @property
     def makes_student(self) -> bool:
         return any(v is not None for v in (self.layers, self.keep_layers, self.heads, self.ffn))

@@ -309,8 +309,8 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
     original = {"heads": list(start_shape["heads"]), "ffn": list(start_shape["ffn"])}  # of the surviving layers
     metrics, wall, steps, rounds = {}, 0.0, 0, []
     recovery = config.recovery
-    if recovery is not None and recovery.cache_dir is None and work is not None:  # one teacher, one cache for all rounds
-        recovery = recovery.replace(cache_dir=str(work / "teacher-cache"))
+    if recovery is not None and work is not None:  # one teacher, one cache for all rounds
+        recovery = recovery.cached_in(work / "teacher-cache")
     for r in range(1, config.rounds + 1):
         folder = work / f"round{r}" if work else None
         if folder is not None and (folder / "round.json").exists():  # finished before an interruption

@@ -18,10 +18,7 @@ def teacher(ctx, state, options: PruneConfig):
 
 
 def cache(options: PruneConfig, root) -> PruneConfig:
-    recovery = options.recovery
-    if recovery is None or recovery.cache_dir:
-        return options
-    return options.replace(recovery=recovery.replace(cache_dir=str(root)))
+    return options if options.recovery is None else options.replace(recovery=options.recovery.cached_in(root))
 
 
 register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher, cache),
