@@ -52,9 +52,41 @@ def test_finetune_learns_and_keeps_the_best():
     assert record.metrics["accuracy"] == max(accuracies) > 0.9
 
 
-def test_resume_after_interruption_matches_uninterrupted(tmp_path):
+def test_the_moving_average_of_the_weights_is_what_is_returned():
+    data = tiny_data(64)
+    seen = []  # the weights each training step's forward ran with: those after steps 0, 1, ... n - 1
+
+    def record(module, inputs):
+        seen.append({n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad})
+
+    model = tiny_model()
+    handle = model.register_forward_pre_hook(record)
+    averaged = finetune(model, config(ema=0.8), TaskData(data)).model
+    handle.remove()
+    last = finetune(tiny_model(), config(), TaskData(data)).model.state_dict()  # the same run, not averaged
+    expected = {n: w.clone() for n, w in seen[1].items()}  # the average starts from the first step's weights
+    for weights in seen[2:] + [{n: last[n] for n in expected}]:
+        for n, w in weights.items():
+            expected[n].mul_(0.8).add_(w, alpha=0.2)
+    got = averaged.state_dict()
+    for n, w in expected.items():
+        assert torch.allclose(got[n], w, atol=1e-6), n
+    assert not all(torch.allclose(got[n], last[n], atol=1e-4) for n in expected)  # not the last step's
+
+
+def test_a_new_option_enters_keys_only_when_set():
+    """Config.added: runs cached before `ema` existed keep their keys; a run that sets it gets its own."""
+    plain, averaged = FinetuneConfig(), FinetuneConfig(train=TrainConfig(ema=0.99))
+    assert "ema" not in plain.key()["train"] and averaged.key()["train"]["ema"] == 0.99
+    assert plain.key()["train"] == {k: v for k, v in plain.to_dict()["train"].items() if k != "ema"}
+    with pytest.raises(EdgebertError, match="TrainConfig.ema is a decay"):
+        TrainConfig(ema=1.0)
+
+
+@pytest.mark.parametrize("ema", [0.0, 0.9])
+def test_resume_after_interruption_matches_uninterrupted(ema, tmp_path):
     data = tiny_data(96)
-    common = {"steps": 10, "save_every": 4, "freeze_word_embeddings": True}
+    common = {"steps": 10, "save_every": 4, "freeze_word_embeddings": True, "ema": ema}
     whole = finetune(tiny_model(), config(**common), TaskData(data), work_dir=tmp_path / "whole").model
 
     class Stop(Exception):

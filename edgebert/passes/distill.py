@@ -225,7 +225,7 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
             raise EdgebertError("distilling a MaskedLM masks tokens: pass TaskData(..., tokenizer=)")
         collate_fn = mlm_collate(data.tokenizer, config.mlm_probability, config.train.seed)
     # where the cache lives changes no output (its folder's name, the cache's own key, is in this key)
-    options = {k: v for k, v in config.to_dict().items() if k != "cache_dir"}
+    options = {k: v for k, v in config.key().items() if k != "cache_dir"}
     key = fingerprint("distill", options, describe(student), describe(teacher), cache and cache.folder.name)
     choose_on = data.choose_on
     if mlm and choose_on is not None:

@@ -58,7 +58,7 @@ def finetune(model: TaskModel, config: FinetuneConfig, data: TaskData, *, teache
     check_task_model(model, "finetune")
     evaluator, metric = task_evaluator(model, data.choose_on)
     result = train(TaskObjective(model), data.train, config=config.train, evaluator=evaluator, metric=metric,
-                   work_dir=work_dir, key=fingerprint("finetune", config.to_dict()), name="finetune")
+                   work_dir=work_dir, key=fingerprint("finetune", config.key()), name="finetune")
     metrics, chosen = reported(result.model, data, result.metrics)
     return Result(result.model, measure("finetune", result.model, metrics=metrics, wall_s=result.wall_s,
                                         steps=result.steps, details={"history": result.history, **chosen}))

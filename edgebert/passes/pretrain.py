@@ -126,6 +126,6 @@ def pretrain(model: MaskedLM, config: PretrainConfig, data: TaskData, *, teacher
     result = train(MLMObjective(model, config.nsp_weight), data.train, config=config.train,
                    collate_fn=mlm_collate(tokenizer, config.mlm_probability, config.train.seed),
                    evaluator=evaluator, metric="mlm_accuracy" if evaluator else None, work_dir=work_dir,
-                   key=fingerprint("pretrain", config.to_dict()), name="pretrain")
+                   key=fingerprint("pretrain", config.key()), name="pretrain")
     return Result(result.model, measure("pretrain", result.model, metrics=result.metrics, wall_s=result.wall_s,
                                         steps=result.steps, details={"history": result.history}))

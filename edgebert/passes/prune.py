@@ -52,6 +52,8 @@ class PruneConfig(Config):
     """What to remove. Give fractions (`heads`, `ffn`), or a budget (`params` or `flops` per
     128-token sequence) that is met by removing heads and neurons in equal proportion."""
 
+    added = ("recover_from", "int4_words")
+
     heads: float = 0.0  # fraction of attention heads to remove
     ffn: float = 0.0  # fraction of FFN neurons to remove
     layers: int = 0  # whole layers to remove

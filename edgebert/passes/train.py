@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm.auto import tqdm
 
 from .. import checkpoint
@@ -43,6 +44,8 @@ from ..stats import flops, nbytes, params
 class TrainConfig(Config):
     """Optimisation and bookkeeping shared by every pass. `steps` counts global batches."""
 
+    added = ("ema",)
+
     steps: int = 1000
     batch_size: int = 32
     lr: float = 5e-5
@@ -55,6 +58,7 @@ class TrainConfig(Config):
     freeze_word_embeddings: bool = False  # the V×E table is most of a small model and barely moves
     chunk_batches: int = 100  # length bucketing: batches are sorted by length within chunks this big
     progress: bool = True
+    ema: float = 0.0  # > 0: evaluate, keep and return the weights' moving average (this decay a step), not the last
 
     def __post_init__(self):
         for name in ("steps", "batch_size"):
@@ -62,6 +66,8 @@ class TrainConfig(Config):
                 raise EdgebertError(f"TrainConfig.{name} must be at least 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise EdgebertError(f"TrainConfig.lr must be positive, got {self.lr}")
+        if not 0 <= self.ema < 1:
+            raise EdgebertError(f"TrainConfig.ema is a decay in [0, 1) (0 = off; 0.999 is usual), got {self.ema}")
 
 
 class Objective(nn.Module):
@@ -292,7 +298,8 @@ def train(
     collate_fn(items, indices, step) builds a batch (default: dynamic padding); `step` lets a
     randomised collator (MLM masking) reseed, so a resumed run draws the same masks. With an
     `evaluator` (model -> metrics), the model is evaluated every `eval_every` steps and the best
-    by `metric` (higher is better) is returned. `key` identifies the run's options: a work
+    by `metric` (higher is better) is returned; with `config.ema` it is the moving average of the
+    weights that is evaluated, kept and returned. `key` identifies the run's options: a work
     dir holding a run with another key is refused rather than silently mixed. `name` labels the
     progress bar.
     """
@@ -315,11 +322,14 @@ def train(
 
     optimizer = torch.optim.AdamW(param_groups(objective, config.weight_decay), lr=config.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(config))
+    # an exponential moving average of the weights (Polyak averaging) wanders less than the last step's
+    average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema)) if config.ema else None
+    scored = average.module if average is not None else model  # what is evaluated, kept and returned
     sampler = BucketBatchSampler(lengths_of(dataset), config.batch_size, seed=config.seed,
                                  chunk_batches=config.chunk_batches, drop_last=True)
     per_epoch = len(sampler)
 
-    run_key = fingerprint(key, asdict(config), len(dataset), world)
+    run_key = fingerprint(key, config.key(), len(dataset), world)
     work = Path(work_dir) if work_dir is not None else None
     state_file = work / "state.pt" if work else None
     start, history, best, best_metrics, spent = 0, [], -math.inf, {}, 0.0
@@ -333,6 +343,8 @@ def train(
         objective.load_state_dict(state["objective"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
+        if average is not None:
+            average.load_state_dict(state["average"])
         _set_rng_state(state["rng"])
         start, history, best, best_metrics = state["step"], state["history"], state["best"], state["best_metrics"]
         spent = state["wall_s"]
@@ -343,6 +355,7 @@ def train(
         work.mkdir(parents=True, exist_ok=True)
         _atomic_torch_save({"key": run_key, "objective": objective.state_dict(), "optimizer": optimizer.state_dict(),
                             "scheduler": scheduler.state_dict(), "rng": _rng_state(), "step": step,
+                            **({"average": average.state_dict()} if average is not None else {}),
                             "history": history, "best": best, "best_metrics": best_metrics,
                             "wall_s": spent + time.time() - t0}, state_file)
 
@@ -350,13 +363,13 @@ def train(
 
     def evaluate_now() -> dict:
         nonlocal best, best_metrics, best_state
-        metrics = evaluator(model)
+        metrics = evaluator(scored)
         if metrics[metric] > best:
             best, best_metrics = metrics[metric], metrics
             if work is None:
-                best_state = {k: v.clone() for k, v in model.state_dict().items()}
+                best_state = {k: v.clone() for k, v in scored.state_dict().items()}
             elif rank == 0:
-                checkpoint.save(model, work / "best")
+                checkpoint.save(scored, work / "best")
         return metrics
 
     runner = objective
@@ -382,6 +395,8 @@ def train(
             torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], config.clip)
         optimizer.step()
         scheduler.step()
+        if average is not None:
+            average.update_parameters(model)
         value = loss.detach()
         if world > 1:
             dist.all_reduce(value)
@@ -408,4 +423,6 @@ def train(
         model.load_state_dict(best_state)
     elif evaluator is not None and work is not None and (work / "best").exists():
         model.load_state_dict(checkpoint.load(work / "best").state_dict())
+    elif average is not None:
+        model.load_state_dict(scored.state_dict())
     return TrainResult(model, best_metrics, history, config.steps, wall)

@@ -21,5 +21,4 @@ def cache(options: PruneConfig, root) -> PruneConfig:
     return options if options.recovery is None else options.replace(recovery=options.recovery.cached_in(root))
 
 
-register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher, cache),
-               added=("recover_from", "int4_words")))
+register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher, cache)))

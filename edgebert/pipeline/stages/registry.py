@@ -9,7 +9,7 @@ that calls `register`, plus its import in `__init__.py`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from edgebert.errors import EdgebertError
 
@@ -21,13 +21,11 @@ class Stage:
     run: Callable  # (ctx, state, options, dest: Path, work: Path) -> record dict; writes into dest
     key: Callable | None = None  # recipe -> what the stage's output depends on (default: its options)
     defaults: dict = field(default_factory=dict)  # values that differ from the options' own defaults
-    added: tuple[str, ...] = ()  # options newer than runs cached before them: in the key only when set
 
     def cache_key(self, recipe) -> object:
         if self.key is not None:
             return self.key(recipe)
-        default = {f.name: f.default for f in fields(self.options) if f.name in self.added}
-        return {k: v for k, v in recipe.stage(self.name).to_dict().items() if k not in default or v != default[k]}
+        return recipe.stage(self.name).key()
 
 
 STAGES: dict[str, Stage] = {}
