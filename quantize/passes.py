@@ -153,7 +153,7 @@ def tflite_dynamic(job: Job, config: DynamicInt8Config) -> dict:
 
 @register(Int8EmbeddingsConfig, "tflite")
 def tflite_embeddings(job: Job, config: Int8EmbeddingsConfig) -> dict:
-    job.out.write_bytes(tflite_ptq.embeddings_only(job.src.read_bytes()))
+    job.out.write_bytes(tflite_ptq.embeddings_only(job.src.read_bytes(), min_rows=config.min_rows))
     return {"method": "int8_embeddings", "int8_embeddings": True}
 
 

@@ -2,10 +2,12 @@
 
 Op kinds map to TFLite op types; a linear kind left out of static INT8 becomes dynamic-range
 INT8 (weights int8, activations quantized at run time), never FP32. Embedding lookups only
-support weight-only/dynamic INT8, which is what they get, with one scale for the whole table:
+support weight-only/dynamic INT8, which the word table gets, with one scale for the whole table:
 per-row scales are stored again in every signature's tensor metadata (1.5 MB for MiniLM's
-30522 rows × 4 signatures) and bought no accuracy on SST-2 (89.91% either way). The word table may
-instead be block-wise INT4 (ai-edge-quantizer's BLOCKWISE_<n> 4-bit EMBEDDING_LOOKUP, which
+30522 rows × 4 signatures) and bought no accuracy on SST-2 (89.91% either way). Tables shorter than
+`min_rows` (the segment table; positions are a constant slice, not a lookup) stay float, as in the ONNX
+file: a few hundred floats, and INT8 there shifts every token's input by the same rounding error. The
+word table may instead be block-wise INT4 (ai-edge-quantizer's BLOCKWISE_<n> 4-bit EMBEDDING_LOOKUP, which
 ai-edge-litert 2.3.0 runs): its float16 scales live in a buffer the signatures share. That quantizer
 takes only symmetric blocks scaled by their max-abs, so the table is first moved onto the symmetric grid
 with the least squared error (`edgebert.passes.int4.int4_grid`), which it then reproduces.
@@ -24,7 +26,7 @@ from edgebert.device_tests import HarnessError, backends
 from edgebert.errors import EdgebertError
 from edgebert.passes.int4 import int4_grid
 
-from .config import Int4EmbeddingsConfig
+from .config import Int4EmbeddingsConfig, Int8EmbeddingsConfig
 from .onnx_ptq import table_report
 
 # ONNX-side kinds → the TFLite ops that implement them (the Adds are not told apart by op type).
@@ -70,24 +72,26 @@ def _lookups(flatbuffer: bytes):
                 yield model, subgraph, op
 
 
-def int4_tables(flatbuffer: bytes, int4: Int4EmbeddingsConfig | None) -> tuple[bytes, list[dict]]:
-    """The file with each table of >= min_rows rows moved onto its `int4_grid`, and the block-wise INT4 recipe
-    entries for its lookups, by op scope (the recipe's latest matching entry wins, so these override the INT8
-    EMBEDDING_LOOKUP entry before them)."""
-    if int4 is None:
-        return flatbuffer, []
+def lookup_tables(flatbuffer: bytes, *, min_rows: int = Int8EmbeddingsConfig().min_rows,
+                  int4: Int4EmbeddingsConfig | None = None) -> tuple[bytes, list[dict]]:
+    """The recipe entries for the file's lookups: tables of >= min_rows rows (`int4.min_rows` with `int4`)
+    INT8, or with `int4` block-wise INT4, by op scope; every other lookup float (the recipe's latest matching
+    entry wins, so the scoped entries override the float one before them). With `int4`, the file comes back
+    with each such table moved onto its `int4_grid`."""
     from ai_edge_litert.tools.flatbuffer_utils import convert_object_to_bytearray
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
 
-    weight = {"num_bits": 4, "symmetric": True, "granularity": f"BLOCKWISE_{int4.block_size}", "dtype": "INT"}
-    entries, model, snapped = [], None, set()
+    weight, min_rows = None, min_rows if int4 is None else int4.min_rows
+    if int4 is not None:
+        weight = {"num_bits": 4, "symmetric": True, "granularity": f"BLOCKWISE_{int4.block_size}", "dtype": "INT"}
+    entries, model, snapped = [_entry("EMBEDDING_LOOKUP", "none")], None, set()
     for model, sg, op in _lookups(flatbuffer):
         t = sg.tensors[op.inputs[1]]
-        if t.shape[0] < int4.min_rows:
+        if t.shape[0] < min_rows:
             continue
         entries.append(_entry("EMBEDDING_LOOKUP", "dynamic", weight=weight,
                               regex=f"^{re.escape(tfl.get_op_scope(op, sg.tensors))}$"))
-        if t.buffer not in snapped:  # one table the signatures share
+        if int4 is not None and t.buffer not in snapped:  # one table the signatures share
             snapped.add(t.buffer)
             table = np.frombuffer(bytes(model.buffers[t.buffer].data), np.float32).reshape(t.shape)
             grid = int4_grid(torch.from_numpy(table.copy()), int4.block_size).numpy()
@@ -120,14 +124,13 @@ def int4_report(float_flatbuffer: bytes, quantized: bytes) -> dict[str, dict]:
     return report
 
 
-def recipe(static_kinds: set[str], *, io: str = "float", embeddings: bool = True) -> list[dict]:
-    """Static INT8 for `static_kinds`, dynamic-range INT8 for linear layers outside them, float elsewhere."""
+def recipe(static_kinds: set[str], *, io: str = "float") -> list[dict]:
+    """Static INT8 for `static_kinds`, dynamic-range INT8 for linear layers outside them, float elsewhere
+    (lookups too: `lookup_tables` gives theirs)."""
     entries = []
     for kind, ops in TFLITE_OPS.items():
         mode = "static" if kind in static_kinds else ("dynamic" if kind == "linear" else None)
         entries += [_entry(op, mode) for op in ops if mode]
-    if embeddings:
-        entries.append(_entry("EMBEDDING_LOOKUP", "dynamic"))
     entries.append(_entry("OUTPUT", "static" if io == "int8" else "none"))
     return entries
 
@@ -147,14 +150,14 @@ def _run(q, calibration=None) -> bytes:
 def dynamic(flatbuffer: bytes, *, embeddings: bool = True, int4: Int4EmbeddingsConfig | None = None) -> bytes:
     """Dynamic-range INT8 (ai-edge-quantizer's dynamic_wi8_afp32), optionally leaving embeddings float
     or making the word table block-wise INT4."""
-    flatbuffer, int4_entries = int4_tables(flatbuffer, int4)
-    entries = [_entry("*", "dynamic"), _entry("EMBEDDING_LOOKUP", "dynamic" if embeddings else "none")]
-    return _run(_quantizer(flatbuffer, entries + int4_entries))
+    flatbuffer, lookups = lookup_tables(flatbuffer, int4=int4) if embeddings else (flatbuffer, [])
+    return _run(_quantizer(flatbuffer, [_entry("*", "dynamic"), _entry("EMBEDDING_LOOKUP", "none")] + lookups))
 
 
-def embeddings_only(flatbuffer: bytes, int4: Int4EmbeddingsConfig | None = None) -> bytes:
-    flatbuffer, int4_entries = int4_tables(flatbuffer, int4)
-    return _run(_quantizer(flatbuffer, [_entry("EMBEDDING_LOOKUP", "dynamic")] + int4_entries))
+def embeddings_only(flatbuffer: bytes, *, min_rows: int = Int8EmbeddingsConfig().min_rows,
+                    int4: Int4EmbeddingsConfig | None = None) -> bytes:
+    flatbuffer, lookups = lookup_tables(flatbuffer, min_rows=min_rows, int4=int4)
+    return _run(_quantizer(flatbuffer, lookups))
 
 
 def calibration_feeds(arrays: dict, lengths: dict[int, str], names: list[str], samples: int) -> dict:
@@ -199,6 +202,5 @@ def calibrate(flatbuffer: bytes, arrays: dict, samples: int) -> dict:
 def static(flatbuffer: bytes, calibration: dict, *, static_kinds: set[str], io: str = "float",
            embeddings: bool = True, int4: Int4EmbeddingsConfig | None = None) -> bytes:
     """Full INT8 (static) for `static_kinds`, dynamic-range linear layers elsewhere, float the rest."""
-    flatbuffer, int4_entries = int4_tables(flatbuffer, int4)
-    entries = recipe(static_kinds, io=io, embeddings=embeddings) + int4_entries
-    return _run(_quantizer(flatbuffer, entries), calibration)
+    flatbuffer, lookups = lookup_tables(flatbuffer, int4=int4) if embeddings else (flatbuffer, [])
+    return _run(_quantizer(flatbuffer, recipe(static_kinds, io=io) + lookups), calibration)
