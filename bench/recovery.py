@@ -80,6 +80,12 @@ VARIANTS = {
         "steps, the word table on its INT4 grid",
         {"recover_from": "teacher", "int4_words": 32,
          "recovery": {"augment": {"copies": 8}, "train": {"steps": 12 * BUDGET, "eval_every": 1400}}}),
+    "one-round-teacher-augment8-int4-ema-longest": (
+        "1 round, logits from the fine-tuned teacher, eight word-swapped copies of each sentence, twelve times the "
+        "steps, the word table on its INT4 grid, a moving average of the weights (decay 0.9995) evaluated and kept",
+        {"recover_from": "teacher", "int4_words": 32,
+         "recovery": {"augment": {"copies": 8},
+                      "train": {"steps": 12 * BUDGET, "eval_every": 1400, "ema": 0.9995}}}),
 }
 
 
