@@ -150,8 +150,9 @@ def _run(q, calibration=None) -> bytes:
 def dynamic(flatbuffer: bytes, *, embeddings: bool = True, int4: Int4EmbeddingsConfig | None = None) -> bytes:
     """Dynamic-range INT8 (ai-edge-quantizer's dynamic_wi8_afp32), optionally leaving embeddings float
     or making the word table block-wise INT4."""
-    flatbuffer, lookups = lookup_tables(flatbuffer, int4=int4) if embeddings else (flatbuffer, [])
-    return _run(_quantizer(flatbuffer, [_entry("*", "dynamic"), _entry("EMBEDDING_LOOKUP", "none")] + lookups))
+    float_lookups = [_entry("EMBEDDING_LOOKUP", "none")]  # over "*"
+    flatbuffer, lookups = lookup_tables(flatbuffer, int4=int4) if embeddings else (flatbuffer, float_lookups)
+    return _run(_quantizer(flatbuffer, [_entry("*", "dynamic")] + lookups))
 
 
 def embeddings_only(flatbuffer: bytes, *, min_rows: int = Int8EmbeddingsConfig().min_rows,
