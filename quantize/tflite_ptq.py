@@ -72,15 +72,17 @@ def _lookups(flatbuffer: bytes):
                 yield model, subgraph, op
 
 
-def lookup_tables(flatbuffer: bytes, *, min_rows: int = Int8EmbeddingsConfig().min_rows,
+def lookup_tables(flatbuffer: bytes, *, embeddings: bool = True, min_rows: int = Int8EmbeddingsConfig().min_rows,
                   int4: Int4EmbeddingsConfig | None = None) -> tuple[bytes, list[dict]]:
     """The recipe entries for the file's lookups: tables of >= min_rows rows (`int4.min_rows` with `int4`)
-    INT8, or with `int4` block-wise INT4, by op scope; every other lookup float (the recipe's latest matching
-    entry wins, so the scoped entries override the float one before them). With `int4`, the file comes back
-    with each such table moved onto its `int4_grid`."""
+    INT8, or with `int4` block-wise INT4, by op scope; every other lookup float, and every one without
+    `embeddings` (the recipe's latest matching entry wins, so the scoped entries override the float one before
+    them). With `int4`, the file comes back with each such table moved onto its `int4_grid`."""
     from ai_edge_litert.tools.flatbuffer_utils import convert_object_to_bytearray
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
 
+    if not embeddings:
+        return flatbuffer, [_entry("EMBEDDING_LOOKUP", "none")]
     weight, min_rows = None, min_rows if int4 is None else int4.min_rows
     if int4 is not None:
         weight = {"num_bits": 4, "symmetric": True, "granularity": f"BLOCKWISE_{int4.block_size}", "dtype": "INT"}
@@ -150,8 +152,7 @@ def _run(q, calibration=None) -> bytes:
 def dynamic(flatbuffer: bytes, *, embeddings: bool = True, int4: Int4EmbeddingsConfig | None = None) -> bytes:
     """Dynamic-range INT8 (ai-edge-quantizer's dynamic_wi8_afp32), optionally leaving embeddings float
     or making the word table block-wise INT4."""
-    float_lookups = [_entry("EMBEDDING_LOOKUP", "none")]  # over "*"
-    flatbuffer, lookups = lookup_tables(flatbuffer, int4=int4) if embeddings else (flatbuffer, float_lookups)
+    flatbuffer, lookups = lookup_tables(flatbuffer, embeddings=embeddings, int4=int4)  # they override "*"
     return _run(_quantizer(flatbuffer, [_entry("*", "dynamic")] + lookups))
 
 
@@ -203,5 +204,5 @@ def calibrate(flatbuffer: bytes, arrays: dict, samples: int) -> dict:
 def static(flatbuffer: bytes, calibration: dict, *, static_kinds: set[str], io: str = "float",
            embeddings: bool = True, int4: Int4EmbeddingsConfig | None = None) -> bytes:
     """Full INT8 (static) for `static_kinds`, dynamic-range linear layers elsewhere, float the rest."""
-    flatbuffer, lookups = lookup_tables(flatbuffer, int4=int4) if embeddings else (flatbuffer, [])
+    flatbuffer, lookups = lookup_tables(flatbuffer, embeddings=embeddings, int4=int4)
     return _run(_quantizer(flatbuffer, recipe(static_kinds, io=io) + lookups), calibration)
