@@ -106,6 +106,32 @@ def test_unchanged_rerun_does_no_work(finished, tiny_checkpoint, tiny_sst2, monk
     assert _hashes(again) == before
 
 
+def test_a_code_change_rebuilds_the_files_but_not_the_training(finished, tiny_checkpoint, tiny_sst2, tmp_path,
+                                                               monkeypatch):
+    """A newer quantizer or exporter must not leave stale files behind --resume; retraining is not owed."""
+    import shutil
+
+    from edgebert.pipeline.stages import registry
+
+    out = tmp_path / "out"
+    shutil.copytree(finished[0], out)
+    ran = []
+
+    def counted(stage):
+        return lambda *args, **kwargs: (ran.append(stage.name), stage.run(*args, **kwargs))[1]
+
+    for name in ("finetune", "distill", "quantize", "export"):
+        monkeypatch.setitem(STAGES, name, replace(STAGES[name], run=counted(STAGES[name])))
+    compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2), resume=True)
+    assert ran == []  # same code: nothing runs
+    monkeypatch.setattr(registry, "code_version", lambda: "another edgebert")
+    bundle = compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2), resume=True)
+    assert ran == ["quantize", "export"]
+    stages = json.loads((bundle / "manifest.json").read_text())["stages"]
+    assert [s["checkpoint"] for s in stages] == [f"stages/{p.parent.name}/model"  # the trained folders, reused
+                                                 for p in sorted(finished[0].glob("stages/*/model"))]
+
+
 def test_stages_alone_are_the_stages_a_compile_reuses(finished, tiny_checkpoint, tiny_sst2, monkeypatch):
     out, bundle = finished
     manifest = json.loads((bundle / "manifest.json").read_text())

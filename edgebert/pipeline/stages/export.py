@@ -12,7 +12,7 @@ from edgebert.errors import EdgebertError
 from edgebert.export import Budget, export, formats
 
 from ..context import Context, State, task_model
-from .quantize import export_config, exporters
+from .quantize import export_config
 from .registry import Stage, register
 
 FLOAT_BUDGET = Budget(max_abs_diff=1e-3)
@@ -49,8 +49,4 @@ def run(ctx: Context, state: State, options: ExportStageConfig, dest: Path, work
     return record
 
 
-def key(recipe) -> dict:
-    return {**recipe.stage("export").to_dict(), "exporters": exporters(recipe)}
-
-
-register(Stage(name="export", options=ExportStageConfig, run=run, key=key))
+register(Stage(name="export", options=ExportStageConfig, run=run, keyed_by_code=True))

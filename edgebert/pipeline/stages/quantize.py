@@ -93,13 +93,7 @@ def key(recipe) -> dict:
     """Quantized files also depend on which formats are exported and at which lengths."""
     export_options = recipe.stage("export")
     return {**recipe.stage("quantize").to_dict(), "formats": export_options.formats,
-            "seq_lens": export_options.seq_lens, "exporters": exporters(recipe)}
+            "seq_lens": export_options.seq_lens}
 
 
-def exporters(recipe) -> dict:
-    """Each format's export options as this version sets them (a changed default changes the files)."""
-    export_options = recipe.stage("export")
-    return {name: export_config(formats.get(name), export_options).to_dict() for name in export_options.formats}
-
-
-register(Stage(name="quantize", options=QuantizeStageConfig, run=run, key=key))
+register(Stage(name="quantize", options=QuantizeStageConfig, run=run, key=key, keyed_by_code=True))

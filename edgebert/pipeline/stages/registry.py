@@ -8,10 +8,18 @@ that calls `register`, plus its import in `__init__.py`.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import edgebert
+from edgebert import device_tests, export, quantize
+from edgebert.device_tests.versions import versions
 from edgebert.errors import EdgebertError
+
+from ..bundle import VERSIONED
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,11 +29,27 @@ class Stage:
     run: Callable  # (ctx, state, options, dest: Path, work: Path) -> record dict; writes into dest
     key: Callable | None = None  # recipe -> what the stage's output depends on (default: its options)
     defaults: dict = field(default_factory=dict)  # values that differ from the options' own defaults
+    # The stage takes minutes, so its key also holds this edgebert's code (code_version): a changed
+    # quantizer or exporter rebuilds its files on --resume. Training stages take hours and are keyed
+    # by their options alone, so a refactor does not retrain them (--force, or a new --out, does).
+    keyed_by_code: bool = False
 
     def cache_key(self, recipe) -> object:
-        if self.key is not None:
-            return self.key(recipe)
-        return recipe.stage(self.name).key()
+        options = self.key(recipe) if self.key is not None else recipe.stage(self.name).key()
+        return {"options": options, "code": code_version()} if self.keyed_by_code else options
+
+
+@functools.cache
+def code_version() -> str:
+    """A hash of every source file of the installed edgebert (its subpackages export/, quantize/ and
+    device_tests/ too) and of the versions of the libraries that write and run its files."""
+    h = hashlib.sha256(repr(sorted(versions(*VERSIONED).items())).encode())
+    for root in sorted({Path(p) for module in (edgebert, export, quantize, device_tests)
+                        for p in module.__path__}):
+        for file in sorted(root.rglob("*.py")):
+            h.update(f"{file.relative_to(root.parent)}\0".encode())
+            h.update(file.read_bytes())
+    return h.hexdigest()[:16]
 
 
 STAGES: dict[str, Stage] = {}

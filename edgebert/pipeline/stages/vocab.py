@@ -17,4 +17,4 @@ def run(ctx, state, options: VocabConfig, dest, work) -> dict:
     return {**result.record.to_dict(), "new_tokenizer": True}  # compile re-encodes the data with it
 
 
-register(Stage(name="vocab", options=VocabConfig, run=run))
+register(Stage(name="vocab", options=VocabConfig, run=run, keyed_by_code=True))
