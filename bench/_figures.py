@@ -5,6 +5,7 @@ Pure computation: nothing here runs a model."""
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import shlex
 import statistics
@@ -182,6 +183,20 @@ def stage_costs(manifest: dict) -> dict:
             "validation_rows": (manifest.get("data") or {}).get("validation", {}).get("rows")}
 
 
+def paired(teacher: dict, student: dict) -> dict | None:
+    """The student's accuracy minus the teacher's on the same sentences, with its 95% interval (the paired
+    difference of two proportions): only the sentences one gets right and the other wrong move it, so this
+    says whether a drop of a point on 872 sentences is more than which few sentences flipped."""
+    if "wrong" not in teacher or "wrong" not in student:  # a results file from before these were kept
+        return None
+    n, t, s = teacher["n"], set(teacher["wrong"]), set(student["wrong"])
+    only_teacher, only_student = len(s - t), len(t - s)
+    d = (only_student - only_teacher) / n
+    half = 1.96 * math.sqrt(only_student + only_teacher - (only_student - only_teacher) ** 2 / n) / n
+    return {"only_teacher": only_teacher, "only_student": only_student,
+            "interval_points": [round((d - half) * 100, 2), round((d + half) * 100, 2)]}
+
+
 def targets(result: dict) -> list[dict]:
     """One pass/miss line per target and condition, for the student's INT8 ONNX (its fastest CPU file)."""
     out = []
@@ -208,10 +223,16 @@ def targets(result: dict) -> list[dict]:
     teacher = result["models"]["pytorch-fp32"]["accuracy"]
     for student in (s, "student-tflite-int8"):
         for cond in CONDITIONS:
-            a, b = teacher.get(cond, {}).get("accuracy"), result["models"][student]["accuracy"].get(cond, {}).get("accuracy")
+            t, st = teacher.get(cond, {}), result["models"][student]["accuracy"].get(cond, {})
+            a, b = t.get("accuracy"), st.get("accuracy")
             drop = None if a is None or b is None else (a - b) * 100
+            pair = None if drop is None else paired(t, st)
+            interval = "" if pair is None else (
+                f"; 95% interval {pair['interval_points'][0]:+.2f} to {pair['interval_points'][1]:+.2f}: "
+                f"{pair['only_teacher']} sentences only the teacher gets right, {pair['only_student']} only the student")
             out.append({"target": f"within {TARGETS['accuracy_drop_points']:g} point of the teacher's SST-2 dev accuracy",
                         "where": f"{student}, {'real lengths' if cond == 'real' else f'padded {PAD}'}", "value": drop,
-                        "display": "n/a" if drop is None else f"{b * 100:.2f}% vs {a * 100:.2f}% ({-drop:+.2f} points)",
+                        "display": "n/a" if drop is None else f"{b * 100:.2f}% vs {a * 100:.2f}% ({-drop:+.2f} points"
+                                                              f"{interval})", "paired": pair,
                         "pass": None if drop is None else drop <= TARGETS["accuracy_drop_points"]})
     return out

@@ -164,7 +164,8 @@ def eval_sets(teacher: Path, bundle: Path, data_dir: str | None, work: Path, row
         name = "shared" if same else who
         path = work / f"sst2_dev_{name}_t{PAD}.npz"  # never "eval.npz": the harness checks that name against a manifest
         np.savez(path, **arrays)
-        out[who] = {"path": path, "lengths": arrays["lengths"].astype(int), "n": len(arrays["lengths"])}
+        out[who] = {"path": path, "lengths": arrays["lengths"].astype(int), "n": len(arrays["lengths"]),
+                    "labels": arrays["labels"]}
     out["same_tokenization"] = same
     return out
 
@@ -396,8 +397,9 @@ def run(args) -> dict:
             out.parent.mkdir(parents=True, exist_ok=True)
             try:
                 r = measure(m, cond, sets[m["eval"]]["path"], 1, 0, 1, out, env)
+                wrong = np.flatnonzero(np.asarray(r["predictions"]) != sets[m["eval"]]["labels"])
                 accuracy[m["id"]][cond] = {"accuracy": r.get("accuracy"), "n": r["n_examples"],
-                                           "warnings": r.get("warnings", []),
+                                           "wrong": wrong.tolist(), "warnings": r.get("warnings", []),
                                            "signatures_used": r.get("signatures_used")}
             except ChildFailed as e:
                 failures.append({"what": f"accuracy {m['id']} {cond}", "error": str(e)})

@@ -204,6 +204,27 @@ def test_ratios_are_pair_by_pair_and_the_baseline_is_the_faster_optimum(bench_sc
     json.dumps(result)  # the results file is plain JSON
 
 
+def test_an_accuracy_drop_comes_with_its_paired_interval(bench_scripts):
+    figures = bench_scripts.figures
+    teacher = {"accuracy": 786 / 872, "n": 872, "wrong": list(range(86))}
+    student = {"accuracy": 777 / 872, "n": 872, "wrong": list(range(10, 105))}  # 19 flipped to wrong, 10 to right
+    pair = figures.paired(teacher, student)
+    # d = (10 - 19) / 872; half-width 1.96 * sqrt(10 + 19 - 9² / 872) / 872, in points
+    assert (pair["only_teacher"], pair["only_student"]) == (19, 10)
+    assert pair["interval_points"] == [-2.24, 0.18]
+    assert figures.paired(teacher, {**student, "wrong": list(range(86))})["interval_points"] == [0.0, 0.0]
+    result = _synthetic(bench_scripts)
+    for model, entry in (("pytorch-fp32", teacher), ("student-tflite-int8", student)):
+        result["models"][model]["accuracy"]["real"] = entry
+    line = next(t for t in figures.targets(result) if t["where"] == "student-tflite-int8, real lengths")
+    assert line["pass"] is False and line["paired"] == pair
+    assert line["display"] == ("89.11% vs 90.14% (-1.03 points; 95% interval -2.24 to +0.18: 19 sentences only the "
+                               "teacher gets right, 10 only the student)")
+    del result["models"]["pytorch-fp32"]["accuracy"]["real"]["wrong"]  # a results file from before they were kept
+    line = next(t for t in figures.targets(result) if t["where"] == "student-tflite-int8, real lengths")
+    assert line["paired"] is None and line["display"] == "89.11% vs 90.14% (-1.03 points)"
+
+
 def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path):
     result = _synthetic(bench_scripts)
     render = bench_scripts.render.render
