@@ -274,7 +274,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--ssh-option", action="append", default=[], help="extra ssh -o option, e.g. Port=2222")
     p.add_argument("--remote-python", help="Python on the target (ssh default python3; adb: use it instead of "
                    "benchmark_model)")
-    p.add_argument("--remote-dir", help="work folder on an ssh target (default /tmp/edgebert)")
+    p.add_argument("--remote-dir", help="work folder on an ssh target (default /tmp/edgebert); each run "
+                   "works in a folder of its own under it and removes it when done")
     p.add_argument("--benchmark-model", help="adb: TFLite benchmark_model binary to push")
     p.add_argument("--signature", help="adb benchmark_model: the signature to time (default: fits the median length)")
     p.add_argument("--op-profile", action="store_true", help="adb benchmark_model: time each op "

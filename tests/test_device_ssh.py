@@ -92,6 +92,9 @@ def sshd(tmp_path_factory):
 
 def test_ssh_runs_the_harness_remotely(tiny, sshd, tmp_path):
     out = tmp_path / "results.json"
+    other = sshd["dir"] / "remote" / "bench-another-run"  # a bench of someone else's on the same board
+    other.mkdir(parents=True)
+    (other / "result.json").write_text("{}")
     report = bench(tiny["bundle"], json_out=out, logits=True, **sshd["kwargs"])
     assert report["complete"] and out.exists()
     runs = report["runs"]
@@ -100,7 +103,8 @@ def test_ssh_runs_the_harness_remotely(tiny, sshd, tmp_path):
         assert r["complete"] and r["target"].startswith("ssh://") and not r["emulated"]
         assert r["model"]["manifest_verified"] and r["accuracy"] == pytest.approx(tiny["accuracy"])
         np.testing.assert_allclose(r["logits"], tiny["reference"], atol=1e-4)
-    assert (sshd["dir"] / "remote" / "bench" / "device_tests" / "harness.py").exists()
+    # each run worked in a folder of its own and removed it: the other bench's files are as they were
+    assert list((sshd["dir"] / "remote").iterdir()) == [other] and (other / "result.json").read_text() == "{}"
 
 
 def test_connection_refused(tiny, sshd, tmp_path):

@@ -48,8 +48,12 @@ class Adb(Remote):
                         ).stdout.strip() != "yes":
             raise BenchError(f"{self.name}: no {tool} on the device: pass --benchmark-model PATH (TFLite's "
                              "android_aarch64 benchmark_model) or --remote-python")
-        self._prepare(job.model.stat().st_size + (1 << 20), job.limit)
-        self.push([job.model], f"{self.name}: copying the model", job.limit)
+        with self._workdir(job.model.stat().st_size + (1 << 20), job.limit):
+            self.push([job.model], f"{self.name}: copying the model", job.limit)
+            return self._time_there(job, tool)
+
+    def _time_there(self, job: Job, tool: str) -> dict:
+        """benchmark_model on the model in this run's work dir, its log parsed into the harness's result shape."""
         s = job.settings
         signature = self.signature or _signature(job)
         cmd = [tool, f"--graph={self.workdir}/{job.model.name}", f"--num_threads={s['threads']}",
