@@ -29,7 +29,9 @@ seq_lens = [16]
 
 
 def _edgebert(*argv, cwd=None):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # TF_CPP_MIN_LOG_LEVEL: jax sets it to 1 on import, so once a test in this process has converted a TFLite
+    # file, a child would inherit it and the converter's absl lines, which the log must hold, would not be said
+    env = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="0")
     return subprocess.run([sys.executable, "-m", "edgebert.cli", *map(str, argv)], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=600)
 
