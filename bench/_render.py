@@ -48,9 +48,10 @@ def render(result: dict) -> str:
         f"`seq_T` signature that holds it); *padded {result['settings']['pad_to']}*: every input padded to "
         f"{result['settings']['pad_to']} tokens. Accuracy: "
         + ("the whole SST-2 dev set" if not result["settings"]["eval_rows"] else "a seeded random subset of SST-2 dev")
-        + f" ({result['settings']['eval_examples']['teacher']} sentences), 1 thread, scored in the file's runtime; "
-        "each accuracy target also gives the 95% interval of the student's difference from the teacher on the same "
-        "sentences (paired: only the sentences one of the two gets wrong count).",
+        + f" ({result['settings']['eval_examples']['teacher']} sentences), 1 thread, scored in the file's runtime"
+        + ("; each accuracy target also gives the 95% interval of the student's difference from the teacher on the "
+           "same sentences (paired: only the sentences one of the two gets wrong count)."
+           if any(t.get("paired") for t in result["targets"]) else "."),
         "",
         "## Targets",
         "",
