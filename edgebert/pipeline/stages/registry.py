@@ -9,15 +9,16 @@ that calls `register`, plus its import in `__init__.py`.
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import edgebert
 from edgebert import device_tests, export, quantize
+from edgebert.device_tests.files import sha256
 from edgebert.device_tests.versions import versions
 from edgebert.errors import EdgebertError
+from edgebert.passes.train import fingerprint
 
 from ..bundle import VERSIONED
 
@@ -43,13 +44,9 @@ class Stage:
 def code_version() -> str:
     """A hash of every source file of the installed edgebert (its subpackages export/, quantize/ and
     device_tests/ too) and of the versions of the libraries that write and run its files."""
-    h = hashlib.sha256(repr(sorted(versions(*VERSIONED).items())).encode())
-    for root in sorted({Path(p) for module in (edgebert, export, quantize, device_tests)
-                        for p in module.__path__}):
-        for file in sorted(root.rglob("*.py")):
-            h.update(f"{file.relative_to(root.parent)}\0".encode())
-            h.update(file.read_bytes())
-    return h.hexdigest()[:16]
+    roots = {Path(p) for module in (edgebert, export, quantize, device_tests) for p in module.__path__}
+    sources = {str(f.relative_to(root.parent)): sha256(f) for root in roots for f in root.rglob("*.py")}
+    return fingerprint(versions(*VERSIONED), sources)
 
 
 STAGES: dict[str, Stage] = {}
