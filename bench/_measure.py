@@ -359,6 +359,28 @@ def useful_flops(model: dict, cond: str, lengths: np.ndarray, warmup: int, runs:
 # The run
 
 
+def disagreements(models: list[dict], accuracy: dict) -> list[dict]:
+    """The student's seq_PAD TFLite file, built here from the checkpoint the manifest names, holds the
+    weights of the bundle's model.tflite, and padding never changes that file's outputs (every op is row-wise
+    or masked: the two agree bit for bit), so both get the same sentences wrong. When they do not, the
+    bundle's files were built from other weights than that checkpoint, and its padded line measures
+    another model than its real-length line."""
+    out = []
+    for m in models:
+        runs, scored = m["run"], accuracy.get(m["id"], {})
+        real, pad = runs.get("real"), runs.get(f"pad{PAD}")
+        if not (real and pad and m["eval"] == "student" and real["path"] != pad["path"]
+                and "real" in scored and f"pad{PAD}" in scored):
+            continue
+        differ = set(scored["real"]["wrong"]) ^ set(scored[f"pad{PAD}"]["wrong"])
+        if differ:
+            out.append({"what": f"accuracy {m['id']} pad{PAD}",
+                        "error": f"{pad['path'].name} (built here from the student checkpoint) and {real['path']} "
+                                 f"disagree on {len(differ)} of {scored['real']['n']} dev sentences, so they do not "
+                                 f"hold the same weights: the bundle is older than its checkpoint; compile it again"})
+    return out
+
+
 def run(args) -> dict:
     settings = dict(QUICK if args.quick else FULL)
     for k in settings:
@@ -404,6 +426,8 @@ def run(args) -> dict:
             except ChildFailed as e:
                 failures.append({"what": f"accuracy {m['id']} {cond}", "error": str(e)})
                 log(f"FAILED accuracy {m['id']} {cond}: {e}")
+
+    failures += disagreements(models, accuracy)
 
     # GEMM limit: each shape and op in its own process, rotating.
     gemm_jobs = [(op, w, shape) for shape in GEMM_SHAPES for op, w in (("matmulinteger", "s8"), ("matmulinteger", "u8"),

@@ -229,6 +229,27 @@ def test_an_accuracy_drop_comes_with_its_paired_interval(bench_scripts):
     assert "95% interval" not in bench_scripts.render.render(result)
 
 
+def test_a_padded_file_that_is_not_the_bundles_model_is_a_failure(bench_scripts):
+    measure = bench_scripts.measure
+    pad = measure.PAD
+
+    def student(real: str, padded: str) -> dict:
+        return {"id": "student-tflite-int8", "eval": "student",
+                "run": {"real": {"path": Path(real)}, f"pad{pad}": {"path": Path(padded)}}}
+
+    def scored(real_wrong, pad_wrong) -> dict:
+        return {"student-tflite-int8": {"real": {"n": 872, "wrong": real_wrong},
+                                        f"pad{pad}": {"n": 872, "wrong": pad_wrong}}}
+
+    built = student("bundle/model.tflite", f"work/student-tflite-{pad}/int8.tflite")
+    assert measure.disagreements([built], scored([3, 9], [3, 9])) == []
+    failure, = measure.disagreements([built], scored([3, 9], [3, 9, 40, 41]))
+    assert failure["what"] == f"accuracy student-tflite-int8 pad{pad}"
+    assert "disagree on 2 of 872 dev sentences" in failure["error"] and "compile it again" in failure["error"]
+    same_file = student("bundle/model.tflite", "bundle/model.tflite")  # a bundle with its own seq_128 signature
+    assert measure.disagreements([same_file], scored([3, 9], [3, 9, 40])) == []
+
+
 def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path):
     result = _synthetic(bench_scripts)
     render = bench_scripts.render.render
