@@ -132,6 +132,32 @@ def test_a_code_change_rebuilds_the_files_but_not_the_training(finished, tiny_ch
                                                  for p in sorted(finished[0].glob("stages/*/model"))]
 
 
+def test_the_files_are_keyed_by_the_code_that_wrote_them(tiny_checkpoint, tiny_sst2, tmp_path, monkeypatch):
+    """Source edited while a compile trains (for hours) must not key the files that the compile's own, older
+    code writes afterwards as the edit's, or a --resume under the edit would keep them."""
+    from edgebert.pipeline.stages import registry
+
+    code = {"version": "the code the compile runs"}
+    monkeypatch.setattr(registry, "code_version", lambda: code["version"])
+    distill, ran = STAGES["distill"], []
+
+    def edited_meanwhile(*args, **kwargs):
+        code["version"] = "an edit made during distillation"
+        return distill.run(*args, **kwargs)
+
+    def counted(stage):
+        return lambda *args, **kwargs: (ran.append(stage.name), stage.run(*args, **kwargs))[1]
+
+    monkeypatch.setitem(STAGES, "distill", replace(distill, run=edited_meanwhile))
+    for name in ("quantize", "export"):
+        monkeypatch.setitem(STAGES, name, replace(STAGES[name], run=counted(STAGES[name])))
+    out = tmp_path / "out"
+    compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2))
+    ran.clear()
+    compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2), resume=True)
+    assert ran == ["quantize", "export"]  # under the edit, the files of the code before it are rebuilt
+
+
 def test_stages_alone_are_the_stages_a_compile_reuses(finished, tiny_checkpoint, tiny_sst2, monkeypatch):
     out, bundle = finished
     manifest = json.loads((bundle / "manifest.json").read_text())

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from edgebert.errors import EdgebertError
-from edgebert.model import EncoderConfig, HeadConfig, build
+from edgebert.model import EncoderConfig, HeadConfig, LayerNorm, build
 from dataclasses import dataclass
 
 from edgebert.config import Config
@@ -65,6 +65,18 @@ def test_pruned_heads_verified_fused_or_fallback(tmp_path):
                budget=Budget(max_abs_diff=1e-4))
     assert r.meta["optimization"] in ("fused", "basic")
     assert r.meta["optimization"] == "fused" or "fusion_fallback" in r.meta
+
+
+def test_width_pruned_norms_export_as_one_layer_norm_node_each(tmp_path):
+    """A LayerNorm that averages over the width before pruning is one LayerNormalization node over its units
+    padded with zeros (one ORT kernel), not the dozen elementwise nodes of its PyTorch steps."""
+    model = tiny(hidden_size=28, norm_width=32, head_size=8)
+    norms = [m for m in model.modules() if isinstance(m, LayerNorm) and m.stats_width == 32]
+    r = export(model, OnnxExportConfig(optimize="basic"), out=tmp_path / "m.onnx", eval_data=eval_arrays(),
+               budget=Budget(max_abs_diff=1e-4))
+    nodes = [n.op_type for n in onnx.load(str(r.path)).graph.node]
+    assert len(norms) == 5 and nodes.count("LayerNormalization") == len(norms) and "ReduceMean" not in nodes
+    assert r.verification["max_abs_diff"] <= 1e-4
 
 
 @pytest.mark.parametrize("optimize", ["fused", "basic"])

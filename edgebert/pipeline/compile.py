@@ -122,6 +122,9 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict],
     folder when done already: the final state, the stage records and the last stage's key. A vocab stage
     re-encodes `ctx` in place with its pruned tokenizer (context.retokenize)."""
     recipe, out = ctx.recipe, ctx.out
+    # Every stage's key now, before hours of training: a code-keyed stage's holds the code's hash, and an
+    # edit made meanwhile must not key the files this process's older code writes later.
+    stage_keys = {name: STAGES[name].cache_key(recipe) for name in recipe.stages}
     state = State(model=start, files={}, verification={})
     stages = []
     for i, name in enumerate(recipe.stages, 1):
@@ -131,7 +134,7 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict],
         if name == "distill":
             state.teacher = state.model
         stage = STAGES[name]
-        key = _key(key, name, stage.cache_key(recipe))
+        key = _key(key, name, stage_keys[name])
         dest = out / "stages" / f"{i:02d}-{name}-{key}"
         if (dest / "record.json").is_file():
             log(f"{name}: done already ({dest.name})")
