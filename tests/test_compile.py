@@ -47,6 +47,12 @@ def _hashes(bundle):
     return {name: f["sha256"] for name, f in manifest["files"].items() if name != "report.html"}
 
 
+def _count_runs(monkeypatch, name: str, ran: list) -> None:
+    """Stage `name` runs as before and appends its name to `ran` each time it does."""
+    stage = STAGES[name]
+    monkeypatch.setitem(STAGES, name, replace(stage, run=lambda *a, **k: (ran.append(name), stage.run(*a, **k))[1]))
+
+
 @pytest.fixture(scope="module")
 def finished(tiny_checkpoint, tiny_sst2, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "out"
@@ -117,11 +123,8 @@ def test_a_code_change_rebuilds_the_files_but_not_the_training(finished, tiny_ch
     shutil.copytree(finished[0], out)
     ran = []
 
-    def counted(stage):
-        return lambda *args, **kwargs: (ran.append(stage.name), stage.run(*args, **kwargs))[1]
-
     for name in ("finetune", "distill", "quantize", "export"):
-        monkeypatch.setitem(STAGES, name, replace(STAGES[name], run=counted(STAGES[name])))
+        _count_runs(monkeypatch, name, ran)
     compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2), resume=True)
     assert ran == []  # same code: nothing runs
     monkeypatch.setattr(registry, "code_version", lambda: "another edgebert")
@@ -145,12 +148,9 @@ def test_the_files_are_keyed_by_the_code_that_wrote_them(tiny_checkpoint, tiny_s
         code["version"] = "an edit made during distillation"
         return distill.run(*args, **kwargs)
 
-    def counted(stage):
-        return lambda *args, **kwargs: (ran.append(stage.name), stage.run(*args, **kwargs))[1]
-
     monkeypatch.setitem(STAGES, "distill", replace(distill, run=edited_meanwhile))
     for name in ("quantize", "export"):
-        monkeypatch.setitem(STAGES, name, replace(STAGES[name], run=counted(STAGES[name])))
+        _count_runs(monkeypatch, name, ran)
     out = tmp_path / "out"
     compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2))
     ran.clear()
