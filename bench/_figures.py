@@ -168,7 +168,10 @@ def stage_costs(manifest: dict) -> dict:
         stages.append({"name": s["name"], "params": s.get("params", {}).get("total"), "bytes": s.get("bytes"),
                        "flops_128": s.get("flops"), "accuracy": s.get("metrics", {}).get(task_metric),
                        "validation": s.get("validation", {}).get(task_metric),
-                       "pytorch_p50_ms": pareto.get(s["name"], {}).get("latency_ms"), "wall_s": s.get("wall_s")})
+                       "pytorch_p50_ms": pareto.get(s["name"], {}).get("latency_ms"), "wall_s": s.get("wall_s"),
+                       "tries": [{"seed": t["seed"], "validation": t["validation"],
+                                  "accuracy": t["metrics"].get(task_metric), "kept": t["kept"]}
+                                 for t in s.get("tries", [])]})
     files = {}
     for name, b in manifest.get("bench_local", {}).items():
         v = manifest.get("verification", {}).get(name, {})
@@ -198,7 +201,9 @@ def paired(teacher: dict, student: dict) -> dict | None:
 
 
 def targets(result: dict) -> list[dict]:
-    """One pass/miss line per target and condition, for the student's INT8 ONNX (its fastest CPU file)."""
+    """One pass/miss line per target and condition, for the student's INT8 ONNX: ONNX Runtime is the runtime
+    Optimum's baselines run too, so its ratios compare the models, not the runtimes (the TFLite file's timings
+    are in the tables beside it; on some machines it is the faster file)."""
     out = []
     s = "student-onnx-int8"
     for tk, by_cond in result["timing"].items():

@@ -179,8 +179,8 @@ def _chosen(st: dict) -> str:
 
 
 def stage_table(st: dict) -> list[str]:
-    name = {"accuracy": "accuracy", "f1": "F1"}.get(st.get("metric", "accuracy"), st.get("metric"))
-    lines = [f"| stage | params | MB | GFLOPs @128 | {name} | Δ {name} (points) | validation | PyTorch p50 ms | "
+    metric = {"accuracy": "accuracy", "f1": "F1"}.get(st.get("metric", "accuracy"), st.get("metric"))
+    lines = [f"| stage | params | MB | GFLOPs @128 | {metric} | Δ {metric} (points) | validation | PyTorch p50 ms | "
              "speedup | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     prev = None
@@ -200,4 +200,12 @@ def stage_table(st: dict) -> list[str]:
                      f"{_f(f['accuracy'], '{:.2%}')} | {_f(delta, '{:+.2f}', '')} | | {_f(f['p50_ms'])} (file, harness) | "
                      f"{_f(speed, '{:.2f}×', '')} | |")
     lines.append("")
+    for s in st["stages"]:
+        if s.get("tries"):
+            lines += [f"The {s['name']} stage ran {len(s['tries'])} times, from seeds "
+                      f"{', '.join(str(t['seed']) for t in s['tries'])} (the importance sample and the recovery's "
+                      "randomness), and kept the run best on validation: " + "; ".join(
+                          f"seed {t['seed']}: validation {_f(t['validation'], '{:.2%}')}, {metric} "
+                          f"{_f(t['accuracy'], '{:.2%}')}" + (" (kept)" if t["kept"] else "") for t in s["tries"])
+                      + ".", ""]
     return lines

@@ -7,7 +7,9 @@ start: the recipe's distilled student at START's distill steps (fixed, so the fi
 distill changes). Every variant recovers for BUDGET steps in all (rounds × steps per round), but the long (3×),
 longer (6×) and longest (12×) ones, which ask what more steps buy, and chooses its checkpoints on the recipe's
 validation split (training sentences held out); dev is what is reported. The variant chosen on validation is what
-the recipe's [prune] table must be (tests/test_bench_recovery.py holds the two together).
+the recipe's [prune] table must be (tests/test_bench_recovery.py holds the two together), but for `tries`: each
+variant here is one importance sample (seed 42), and the recipe runs the chosen one from more and keeps the best
+on validation.
 Writes bench/results/recovery.json and recovery.md.
 
     python bench/recovery.py [--work runs/default] [--teacher ../shared/models/minilm-l6-sst2] [--only NAME,...]

@@ -1,12 +1,14 @@
 """PyTorch → ONNX with dynamic batch and sequence axes, then ONNX Runtime's BERT fusions.
 
 The legacy TorchScript exporter is used on purpose: its graph matches ORT's fusion patterns
-(Attention, EmbedLayerNormalization, SkipLayerNormalization, BiasGelu); the dynamo exporter's does not.
+(EmbedLayerNormalization, SkipLayerNormalization, BiasGelu); the dynamo exporter's does not. A "fused"
+export also writes plain attention as ORT's MultiHeadAttention node itself (`model.onnx_runtime_ops`).
 A fusion is kept only if the fused graph still matches the unfused one numerically.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import shutil
 import tempfile
@@ -23,7 +25,7 @@ from edgebert.device_tests import backends
 from edgebert.device_tests.files import atomic_path
 from edgebert.errors import EdgebertError
 from edgebert import families
-from edgebert.model import config_of
+from edgebert.model import config_of, onnx_runtime_ops
 
 from . import formats
 from .data import InputSpec
@@ -111,8 +113,9 @@ def trace(model: nn.Module, spec: InputSpec, config: OnnxExportConfig, out: Path
     axes = {n: {0: "batch", 1: "sequence"} for n in spec.names}
     axes[spec.output] = {0: "batch"}
     model.eval()
+    ops = onnx_runtime_ops() if config.optimize == "fused" else contextlib.nullcontext()
     try:
-        with warnings.catch_warnings(), torch.no_grad():
+        with warnings.catch_warnings(), torch.no_grad(), ops:
             warnings.simplefilter("ignore")
             torch.onnx.export(Positional(model, spec.names), args, str(out), input_names=list(spec.names),
                               output_names=[spec.output], dynamic_axes=axes, opset_version=config.opset,

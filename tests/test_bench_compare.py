@@ -166,7 +166,10 @@ def _synthetic(bench):
     sets = {"teacher": {"n": 872}, "student": {"n": 872}, "same_tokenization": True}
     manifest = {"task": {"metric": "accuracy"}, "stages": [
         {"name": "distill", "params": {"total": 15}, "bytes": 60, "flops": 9e8, "metrics": {"accuracy": 0.90}, "wall_s": 1},
-        {"name": "prune", "params": {"total": 13}, "bytes": 50, "flops": 5e8, "metrics": {"accuracy": 0.895}, "wall_s": 1}],
+        {"name": "prune", "params": {"total": 13}, "bytes": 50, "flops": 5e8, "metrics": {"accuracy": 0.895}, "wall_s": 1,
+         "tries": [{"seed": 42, "folder": "03-prune-a", "validation": 0.96, "metrics": {"accuracy": 0.89}, "kept": False},
+                   {"seed": 43, "folder": "03-prune-b", "validation": 0.963, "metrics": {"accuracy": 0.895},
+                    "kept": True}]}],
         "pareto": [{"stage": "distill", "format": "pytorch", "latency_ms": 8.0},
                    {"stage": "prune", "format": "pytorch", "latency_ms": 4.0}],
         "bench_local": {"model.onnx": {"latency_ms": {"p50": 1.0}, "metric": "accuracy",
@@ -259,6 +262,8 @@ def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path):
     assert "| MISS | INT8 model > 40% of the measured INT8 GEMM peak |" in text
     assert "Missed: INT8 model > 40%" in text and "| prune | 13 |" in text and "-0.50" in text
     assert "n/a: no seq_128" in text and "optimum-int8 ← 2" in text and "busy" not in text
+    assert ("seed 42: validation 96.00%, accuracy 89.00%; seed 43: validation 96.30%, accuracy 89.50% (kept)."
+            in text)  # every try's dev figure too, not only the kept one's
     results, md = tmp_path / "r.json", tmp_path / "B.md"
     results.write_text(json.dumps(result))
     assert bench_scripts.compare.main(["--render", "--results", str(results), "--markdown", str(md)]) == 0

@@ -192,6 +192,43 @@ def test_prune_recovers_from_the_teacher_the_distill_stage_learned_from(tiny_che
         compiler.run_stages(replace(recipe, stages=["finetune", "prune"]), tmp_path / "b", data_dir=str(tiny_sst2))
 
 
+def test_prune_tries_keep_the_best_on_validation_and_reuse_a_single_run(tiny_checkpoint, tiny_sst2, tmp_path,
+                                                                       monkeypatch):
+    """`tries = 2` prunes from seeds 42 and 43, each a stage of its own: the seed-42 run a `tries = 1` compile
+    made is reused, what follows chains from the try best on validation, and the bundle says which was kept."""
+    from edgebert.passes import DistillConfig, PruneConfig, TrainConfig
+
+    recovery = DistillConfig(train=TrainConfig(steps=2, batch_size=8, progress=False))
+    once = PruneConfig(heads=0.5, sample_batches=1, batch_size=8, recovery=recovery)
+    recipe = _recipe(tiny_checkpoint, stages=["finetune", "prune", "quantize", "export"])
+    out, ran = tmp_path / "out", []
+    _, single = compiler.run_stages(replace(recipe, stages=["finetune", "prune"], options={**recipe.options,
+                                                                                         "prune": once}),
+                                    out, data_dir=str(tiny_sst2))
+    _count_runs(monkeypatch, "prune", ran)
+    twice = replace(recipe, options={**recipe.options, "prune": once.replace(tries=2)})
+    bundle = compiler.compile(twice, out, data_dir=str(tiny_sst2), resume=True)
+    assert ran == ["prune"]  # seed 43 alone: seed 42's stage is the single run's
+    pruned = compiler.run_stages(twice, out, data_dir=str(tiny_sst2))[1]
+    assert ran == ["prune"]  # and a re-run runs neither
+    assert [t["seed"] for t in pruned["tries"]] == [42, 43] and pruned["tries"][0]["folder"] == single["folder"]
+    kept = compiler.best_try([{"details": {"validation": {"accuracy": t["validation"]}}} for t in pruned["tries"]],
+                             "accuracy")
+    assert pruned["folder"] == pruned["tries"][kept]["folder"] and [t["kept"] for t in pruned["tries"]] == [
+        t == kept for t in range(2)]
+    stage = json.loads((bundle / "manifest.json").read_text())["stages"][1]
+    assert stage["checkpoint"] == f"stages/{pruned['folder']}/model" and stage["tries"] == pruned["tries"]
+    assert f"seed {42 + kept} validation" in compiler.summary(bundle) and "(kept)" in compiler.summary(bundle)
+
+
+def test_the_best_try_is_chosen_on_validation_and_ties_keep_the_first():
+    def tried(*scores):
+        return [{"details": {"validation": {"f1": v}}, "metrics": {"f1": 1 - v}} for v in scores]
+
+    assert compiler.best_try(tried(0.80, 0.85, 0.83), "f1") == 1  # dev (metrics) would pick the first
+    assert compiler.best_try(tried(0.85, 0.85), "f1") == 0
+
+
 def test_interrupted_stage_resumes_to_the_same_bundle(finished, tiny_checkpoint, tiny_sst2, tmp_path, monkeypatch):
     """Ctrl-C in the middle of distillation (after a resumable save), then --resume."""
     _, reference = finished
@@ -252,6 +289,8 @@ def test_bad_inputs_are_one_line(tiny_checkpoint, tiny_sst2, tmp_path):
     ('[distill]\nlayers = "four"', 'distill.layers: expected a positive int, got "four"'),
     ('[distill.train]\nlr = "fast"', 'distill.train.lr: expected a non-negative number, got "fast"'),
     ('[prune]\nheads = 1.5', "prune: PruneConfig.heads is a fraction"),
+    ('[prune]\ntries = 0', "prune.tries: expected a positive int, got 0"),
+    ('validation = 0\n[prune]\ntries = 2', "prune.tries keeps the try best on the validation split"),
     ('[quantize]\nonnx = "int4"', "quantize.onnx: unknown method 'int4'"),
     ('[export]\nformats = "onnx"', 'export.formats: expected a list of str, got "onnx"'),
     ("[bogus]\nx = 1", "[bogus]: unknown stage table"),

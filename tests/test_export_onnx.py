@@ -37,7 +37,9 @@ def eval_arrays(n=24, t=20, vocab=120, seed=0, labels=2):
 def test_fused_fp32_matches_pytorch(tmp_path):
     r = export(tiny(), OnnxExportConfig(), out=tmp_path / "m.onnx", eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
     assert r.meta["optimization"] == "fused"
-    assert {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu"} <= set(r.meta["fused_ops"])
+    assert {"EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu"} <= set(r.meta["fused_ops"])
+    nodes = [n.op_type for n in onnx.load(str(r.path)).graph.node]
+    assert nodes.count("MultiHeadAttention") == 2  # one node per layer's attention, written by the export itself
     assert r.verification["max_abs_diff"] <= 1e-4 and r.verification["agreement"] == 1.0
     assert json.loads((tmp_path / "m.onnx.verify.json").read_text())["max_abs_diff"] <= 1e-4
     assert json.loads((tmp_path / "m.onnx.meta.json").read_text())["input_dtype"] == "int64"
@@ -99,6 +101,23 @@ def test_padding_columns_are_never_read(tmp_path, optimize):
     whole = export(model, OnnxExportConfig(optimize=optimize, trim_padding=False), out=tmp_path / "whole.onnx")
     with pytest.raises(Exception, match="out of"):
         run(whole.path, padded, mask)
+
+
+def test_a_cls_classifier_runs_its_last_ffn_for_cls_alone(tmp_path):
+    """The [CLS] head reads one row, so the exported graph's last FFN computes one row (the first layer's,
+    every row); the logits still match PyTorch."""
+    r = export(tiny(), OnnxExportConfig(optimize="basic"), out=tmp_path / "m.onnx", eval_data=eval_arrays(),
+               budget=Budget(max_abs_diff=1e-4))
+    graph = onnx.load(str(r.path))
+    ffn_in = [n.output[0] for n in graph.graph.node if n.op_type == "MatMul" and "intermediate" in n.name]
+    graph.graph.output.extend(onnx.ValueInfoProto(name=name) for name in (ffn_in[0], ffn_in[-1]))
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    ids = np.arange(1, 25).reshape(2, 12)
+    _, first, last = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                                        "token_type_ids": np.zeros_like(ids)})
+    assert len(ffn_in) == 2 and first.shape == (2, 12, 64) and last.shape == (2, 1, 64)
 
 
 def test_token_classifier_logits_per_token(tmp_path):

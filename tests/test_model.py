@@ -202,3 +202,32 @@ def test_removing_layers_keeps_the_global_attention_pattern():
         remove_layers(Encoder(config), [1])  # layer 2 (global) would become layer 1 (local)
     kept = remove_layers(Encoder(config), [2, 3])
     assert kept.config.num_layers == 2 and kept.encoder.layer[1].attention.self.window is not None
+
+
+@pytest.mark.parametrize("layout", [
+    {},  # BERT
+    {"pre_ln": True, "position": "rotary", "attention_window": 4, "global_every": 2, "gated_ffn": True,
+     "first_attention_norm": False},  # ModernBERT: the last layer's query rows sliced from a windowed mask
+    {"num_layers": 3, "layer_heads": [4, 2, 1], "hidden_size": 12, "norm_width": 16, "head_size": 4},  # pruned
+])
+def test_the_last_layer_for_cls_alone_is_the_cls_row_of_the_whole(layout):
+    """What exported [CLS] heads compute (`first_only`): the [CLS] row of the full last layer, at [B, 1, H],
+    with padding in the batch."""
+    torch.manual_seed(0)
+    model = Encoder(EncoderConfig(**{**TINY, **layout})).eval()
+    ids = torch.randint(1, 60, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        first = model(ids, mask, first_only=True)
+        whole = model(ids, mask)
+    assert first.shape == (2, 1, whole.shape[-1])
+    assert torch.allclose(first, whole[:, :1], atol=1e-6)
+
+
+def test_relative_attention_keeps_every_row_when_asked_for_cls_alone():
+    config = EncoderConfig(**TINY, relative_terms=["c2p", "p2c"], max_relative_positions=8)
+    model = Encoder(config).eval()
+    ids = torch.randint(1, 60, (1, 7))
+    with torch.no_grad():
+        assert torch.equal(model(ids, first_only=True), model(ids))

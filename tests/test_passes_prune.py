@@ -152,6 +152,8 @@ def test_budgets_and_global_ranking():
         prune(tiny_model(), PruneConfig(params=1_000, recovery=None), data)
     with pytest.raises(EdgebertError, match="fraction"):
         PruneConfig(heads=1.0)
+    with pytest.raises(EdgebertError, match="tries = 2 is the compile's"):  # one stage per seed, cached apart
+        prune(tiny_model(), PruneConfig(heads=0.5, tries=2), data)
 
 
 def test_unstructured_pruning_is_size_only():

@@ -13,6 +13,7 @@ from edgebert.export import Budget, OnnxExportConfig, export, formats
 from edgebert.quantize import (DynamicInt8Config, Int4EmbeddingsConfig, Int8EmbeddingsConfig, MixedPrecisionConfig,
                                QATConfig, StaticInt8Config, quantize)
 from edgebert.quantize.config import KINDS
+from edgebert.quantize.passes import CALIBRATED
 from edgebert.quantize.onnx_ptq import classify
 
 from builders import QUANT_VOCAB as VOCAB
@@ -36,7 +37,7 @@ def fused(model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def kinds(model, tmp_path_factory):
     """Node kinds of the float graph static quantization starts from."""
-    path = export(model, OnnxExportConfig(optimize="basic"), out=tmp_path_factory.mktemp("basic") / "fp32.onnx").path
+    path = export(model, CALIBRATED, out=tmp_path_factory.mktemp("basic") / "fp32.onnx").path
     return classify(onnx.load(str(path)))
 
 

@@ -52,7 +52,7 @@ class PruneConfig(Config):
     """What to remove. Give fractions (`heads`, `ffn`), or a budget (`params` or `flops` per
     128-token sequence) that is met by removing heads and neurons in equal proportion."""
 
-    added = ("recover_from", "int4_words")
+    added = ("recover_from", "int4_words", "tries")
 
     heads: float = 0.0  # fraction of attention heads to remove
     ffn: float = 0.0  # fraction of FFN neurons to remove
@@ -70,6 +70,9 @@ class PruneConfig(Config):
     recover_from: str = "unpruned"  # recovery's teacher: a copy of the unpruned model, or "teacher" (given: teacher=)
     int4_words: int | None = None  # INT4 block size: the frozen word table moves onto that grid before recovery
     seed: int = 42
+    # the compile prunes this many times, with seeds seed, seed + 1, ... (the importance sample, the recovery's
+    # randomness), and keeps the result best on the recipe's validation split: one sample can cost a point
+    tries: int = 1
 
     def __post_init__(self):
         for name in ("heads", "ffn", "width", "unstructured"):
@@ -81,6 +84,8 @@ class PruneConfig(Config):
             raise EdgebertError("a params/flops budget decides the head and FFN fractions: leave heads/ffn at 0")
         if self.rounds < 1:
             raise EdgebertError(f"PruneConfig.rounds must be at least 1, got {self.rounds}")
+        if self.tries < 1:
+            raise EdgebertError(f"PruneConfig.tries must be at least 1, got {self.tries}")
         if self.recover_from not in ("unpruned", "teacher"):
             raise EdgebertError(f"PruneConfig.recover_from {self.recover_from!r}: use 'unpruned' or 'teacher'")
         if self.int4_words is not None:
@@ -294,6 +299,9 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
     if config.recovery is not None and config.recovery.makes_student:
         raise EdgebertError("PruneConfig.recovery distils the pruned model itself: leave its layers/keep_layers/"
                             "heads/ffn unset")
+    if config.tries > 1:
+        raise EdgebertError(f"PruneConfig.tries = {config.tries} is the compile's (one prune stage per seed, the best "
+                            "on validation kept): call prune once per seed, or leave tries at 1")
     check_task_model(model, "prune", embedders=True)
     check_unshared(model, "prune")
     if config.recover_from == "teacher" and teacher is None:

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -117,14 +117,34 @@ def run_stages(recipe: Recipe, out: str | Path, *, data_dir: str | None = None) 
     return _run_stages(ctx, start, _start_key(ctx, start, weights))[1]
 
 
+def _tries(recipe: Recipe, name: str) -> list[Recipe]:
+    """The recipe once per try of stage `name`: its options with seeds seed, seed + 1, ... when they ask for
+    `tries` > 1 (prune), each a stage of its own, cached under its own key; else the recipe alone."""
+    options = recipe.stage(name)
+    n = getattr(options, "tries", 1)
+    if n == 1:
+        return [recipe]
+    return [replace(recipe, options={**recipe.options, name: options.replace(seed=options.seed + t, tries=1)})
+            for t in range(n)]
+
+
+def best_try(records: list[dict], metric: str) -> int:
+    """The try whose result is best on the validation split (the first of equals): never dev, which is reported
+    (the recipe refuses tries without a validation split)."""
+    scores = [r["details"]["validation"][metric] for r in records]
+    return scores.index(max(scores))
+
+
 def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict], str]:
     """Each stage of `ctx.recipe` in order from `start` (chained from the start `key`), from its cache
     folder when done already: the final state, the stage records and the last stage's key. A vocab stage
-    re-encodes `ctx` in place with its pruned tokenizer (context.retokenize)."""
+    re-encodes `ctx` in place with its pruned tokenizer (context.retokenize); a stage with `tries` runs once
+    per try and the rest chain from the try kept."""
     recipe, out = ctx.recipe, ctx.out
     # Every stage's key now, before hours of training: a code-keyed stage's holds the code's hash, and an
     # edit made meanwhile must not key the files this process's older code writes later.
-    stage_keys = {name: STAGES[name].cache_key(recipe) for name in recipe.stages}
+    tries = {name: _tries(recipe, name) for name in recipe.stages}
+    stage_keys = {name: [STAGES[name].cache_key(r) for r in tries[name]] for name in recipe.stages}
     state = State(model=start, files={}, verification={})
     stages = []
     for i, name in enumerate(recipe.stages, 1):
@@ -133,27 +153,21 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict],
             continue
         if name == "distill":
             state.teacher = state.model
-        stage = STAGES[name]
-        key = _key(key, name, stage_keys[name])
-        dest = out / "stages" / f"{i:02d}-{name}-{key}"
-        if (dest / "record.json").is_file():
-            log(f"{name}: done already ({dest.name})")
-        else:
-            log(f"{name}: running")
-            t0 = time.time()
-            try:
-                with atomic_dir(dest) as tmp:
-                    record = stage.run(ctx, state, recipe.stage(name), tmp, out / "work" / dest.name)
-                    record = {"name": name, "wall_s": round(time.time() - t0, 1), **record}
-                    (tmp / "record.json").write_text(json.dumps(record, indent=1, default=str))
-            except Exception as e:  # torch.save and ONNX report a full disk as RuntimeError or a protobuf error
-                full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
-                if not (full or shutil.disk_usage(out).free < 1 << 20):
-                    raise
-                raise EdgebertError(f"disk full while writing stage {name} under {out}: free space, then "
-                                    "re-run with --resume") from None
-            _warn_near_baseline(record, ctx.sources.get("majority_baseline"))  # once: the summary marks it after
-        record = {**json.loads((dest / "record.json").read_text()), "folder": dest.name}
+        keys = [_key(key, name, k) for k in stage_keys[name]]
+        dests = [out / "stages" / f"{i:02d}-{name}-{k}" for k in keys]
+        options = [r.stage(name) for r in tries[name]]
+        n = len(options)
+        records = [_stage(ctx, state, name, o, dest, f" (try {t + 1} of {n}, seed {o.seed})" if n > 1 else "")
+                   for t, (o, dest) in enumerate(zip(options, dests))]
+        kept = best_try(records, ctx.task.metric) if n > 1 else 0
+        record, dest, key = records[kept], dests[kept], keys[kept]
+        if n > 1:
+            metric = ctx.task.metric
+            record = {**record, "tries": [{"seed": o.seed, "folder": r["folder"], "metrics": r["metrics"],
+                                           "validation": r["details"]["validation"][metric], "kept": t == kept}
+                                          for t, (o, r) in enumerate(zip(options, records))]}
+            log(f"{name}: kept try {kept + 1} (seed {options[kept].seed}), the best on validation {metric} ("
+                + ", ".join(f"{points(t['validation']):.2f}" for t in record["tries"]) + ")")
         if (dest / "model").is_dir():
             state.model = dest / "model"
         if record.get("new_tokenizer"):  # a vocab stage: the rest of the run reads its tokenizer's ids
@@ -163,6 +177,28 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict],
             state.verification[file] = record["files"][file]
         stages.append(record)
     return state, stages, key
+
+
+def _stage(ctx: Context, state: State, name: str, options, dest: Path, label: str) -> dict:
+    """Stage `name`'s record, from `dest` when it is done already, else from running it into `dest`."""
+    if (dest / "record.json").is_file():
+        log(f"{name}{label}: done already ({dest.name})")
+    else:
+        log(f"{name}{label}: running")
+        t0 = time.time()
+        try:
+            with atomic_dir(dest) as tmp:
+                record = STAGES[name].run(ctx, state, options, tmp, ctx.out / "work" / dest.name)
+                record = {"name": name, "wall_s": round(time.time() - t0, 1), **record}
+                (tmp / "record.json").write_text(json.dumps(record, indent=1, default=str))
+        except Exception as e:  # torch.save and ONNX report a full disk as RuntimeError or a protobuf error
+            full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+            if not (full or shutil.disk_usage(ctx.out).free < 1 << 20):
+                raise
+            raise EdgebertError(f"disk full while writing stage {name} under {ctx.out}: free space, then "
+                                "re-run with --resume") from None
+        _warn_near_baseline(record, ctx.sources.get("majority_baseline"))  # once: the summary marks it after
+    return {**json.loads((dest / "record.json").read_text()), "folder": dest.name}
 
 
 def _warn_near_baseline(record: dict, baseline: dict | None) -> None:
@@ -269,7 +305,8 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
         manifest_stages.append({"name": record["name"], "params": {"total": record["params"]},
                                 "bytes": record["bytes"], "flops": record["flops_128"],
                                 "metrics": record["metrics"], "wall_s": record["wall_s"], "checkpoint": model_dir,
-                                **({"validation": chosen} if (chosen := record.get("details", {}).get("validation")) else {})})
+                                **({"validation": chosen} if (chosen := record.get("details", {}).get("validation")) else {}),
+                                **({"tries": record["tries"]} if "tries" in record else {})})
         if bench and metric is not None:
             chart.append({"stage": record["name"], "format": "pytorch", "metric": points(metric),
                            "latency_ms": _torch_latency(ctx.out / model_dir, ctx.eval_arrays), "bytes": record["bytes"],
@@ -307,7 +344,10 @@ def summary_data(bundle: Path) -> dict:
     manifest = json.loads((bundle / "manifest.json").read_text())
     metric = manifest["task"]["metric"]
     stages = [{"stage": s["name"], "params": s["params"]["total"], "bytes": s["bytes"], "flops_128": s["flops"],
-               metric: points(s["metrics"].get(metric)), "wall_s": s["wall_s"]} for s in manifest["stages"]]
+               metric: points(s["metrics"].get(metric)), "wall_s": s["wall_s"],
+               **({"tries": [{"seed": t["seed"], "validation": points(t["validation"]),
+                              metric: points(t["metrics"].get(metric)), "kept": t["kept"]}
+                             for t in s["tries"]]} if "tries" in s else {})} for s in manifest["stages"]]
     files = []
     for name, v in manifest["verification"].items():
         check = v["verify"] or {}
@@ -341,6 +381,11 @@ def summary(bundle: Path) -> str:
     if data["majority_baseline"]:
         b = data["majority_baseline"]
         lines.append(f"majority-class baseline: accuracy {b['accuracy']:.2f} (always {b['label']!r})")
+    for s in data["stages"]:
+        if "tries" in s:
+            lines.append(f"{s['stage']}: {len(s['tries'])} tries, the one best on validation kept: " + "; ".join(
+                f"seed {t['seed']} validation {t['validation']:.2f}, {metric} {num(t[metric], '.2f')}"
+                + (" (kept)" if t["kept"] else "") for t in s["tries"]))
     if data["validation"]:
         lines.append(f"checkpoints chosen on {data['validation']['rows']:,} training examples held out (validation); "
                      f"{metric} above is the eval split's")

@@ -92,6 +92,11 @@ def parse(text: str, *, source: str = "recipe") -> Recipe:
             seq_lens=[t for t in lengths if t < max_length] + [max_length] if max(lengths) >= max_length else lengths)
     recipe = Recipe(**values, options=options)
     check_bad_row(recipe.on_bad_row)
+    tried = [name for name in recipe.stages if getattr(options[name], "tries", 1) > 1]
+    if tried and not recipe.validation:
+        raise EdgebertError(f"{tried[0]}.tries keeps the try best on the validation split, and validation = 0 "
+                            "chooses on the eval split: set validation to the training examples to hold out, or "
+                            "tries = 1")
     return recipe
 
 
