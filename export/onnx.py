@@ -38,8 +38,9 @@ TRIM = "trim_padding/"  # the name prefix of what trim_padding adds to a graph
 class OnnxExportConfig(Config):
     """ONNX export options.
 
-    optimize: "fused" (ORT BERT fusions, falling back to "basic" where they do not hold),
-    "basic" (constant folding and clean-up only; what static QDQ quantization wants), or "none".
+    optimize: "fused" (plain attention as ORT's MultiHeadAttention node, then ORT's BERT fusions, falling back
+    to "basic" where they do not hold: a graph for ONNX Runtime), "basic" (standard ops, constant folding and
+    clean-up only; what static QDQ quantization and other runtimes want), or "none".
     num_heads/hidden_size: for the fusion; read from an edgebert model, else detected from the graph.
     trim_padding: first drop the trailing columns that are padding in every row (see `trim_padding`), so an
     app that pads to a fixed length pays for the real length; only where the output has no sequence axis."""
