@@ -219,6 +219,7 @@ def test_prune_tries_keep_the_best_on_validation_and_reuse_a_single_run(tiny_che
     stage = json.loads((bundle / "manifest.json").read_text())["stages"][1]
     assert stage["checkpoint"] == f"stages/{pruned['folder']}/model" and stage["tries"] == pruned["tries"]
     assert f"seed {42 + kept} validation" in compiler.summary(bundle) and "(kept)" in compiler.summary(bundle)
+    assert f"try from seed {42 + kept}: validation" in (bundle / "report.html").read_text()
 
 
 def test_the_best_try_is_chosen_on_validation_and_ties_keep_the_first():

@@ -195,10 +195,12 @@ def _stages(record: dict, files: dict[str, dict], metric: str) -> list[dict]:
         params = dict(s.get("params") or {})
         total = params.pop("total", None)
         metrics = s.get("metrics") or {}
+        others = [f"{k} {points(v):.2f}" for k, v in metrics.items() if k != metric and isinstance(v, (int, float))]
+        others += [f"try from seed {t['seed']}: validation {points(t['validation']):.2f}, {metric} "
+                   f"{points(t['metrics'].get(metric)):.2f}" + (" (kept: the best on validation)" if t["kept"] else "")
+                   for t in s.get("tries", [])]
         rows.append({"name": s["name"], "output": "PyTorch checkpoint", "params": total, "bytes": s.get("bytes"),
-                     "flops": s.get("flops"), "metric": points(metrics.get(metric)),
-                     "others": "; ".join(f"{k} {points(v):.2f}" for k, v in metrics.items()
-                                         if k != metric and isinstance(v, (int, float))),
+                     "flops": s.get("flops"), "metric": points(metrics.get(metric)), "others": "; ".join(others),
                      "settings": _short(params), "agreement": None, "max_abs_diff": None,
                      "near_baseline": near_baseline(metrics.get("accuracy"), baseline)})
         last = rows[-1]
