@@ -600,6 +600,13 @@ class TaskModel(nn.Module):
         self.config, self.head = config, head
         self.encoder = Encoder(config)
 
+    def pooled(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
+        """The encoder's output pooled as `head.pooling` says; in an exported graph with [CLS] pooling the last
+        layer computes [CLS] alone (`exporting`)."""
+        first = self.head.pooling == "cls" and exporting()
+        x = self.encoder(input_ids, attention_mask, token_type_ids, first_only=first)
+        return pool(x, attention_mask, self.head.pooling)
+
 
 class Pooler(nn.Module):
     """[CLS] → dense → activation (→ LayerNorm): BERT's pooler, RoBERTa/ELECTRA's classifier.dense,
@@ -641,9 +648,7 @@ class SequenceClassifier(TaskModel):
                 m.apply(_init_weights)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
-        first = self.head.pooling == "cls" and exporting()
-        x = pool(self.encoder(input_ids, attention_mask, token_type_ids, first_only=first), attention_mask,
-                 self.head.pooling)
+        x = self.pooled(input_ids, attention_mask, token_type_ids)
         if self.pooler is not None:
             x = self.pooler(x)
         return self.classifier(self.dropout(x))
@@ -668,9 +673,7 @@ class Embedder(TaskModel):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        first = self.head.pooling == "cls" and exporting()
-        x = pool(self.encoder(input_ids, attention_mask, token_type_ids, first_only=first), attention_mask,
-                 self.head.pooling)
+        x = self.pooled(input_ids, attention_mask, token_type_ids)
         return F.normalize(x, dim=-1) if self.head.normalize else x
 
 
