@@ -193,11 +193,11 @@ def main() -> None:
         record = run_stages(recipe, args.work, data_dir=args.data)[-1]
         print(f"recovery: {name}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
         prune = recipe.stage("prune")
-        rounds = record["details"]["rounds"]
+        rounds = record.details["rounds"]
         rows[name] = {"what": what, "rounds": prune.rounds, "steps_per_round": prune.recovery.train.steps,
-                      "dev": record["metrics"]["accuracy"], "validation": rounds[-1]["validation"]["accuracy"],
-                      "dev_by_round": [r["metrics"]["accuracy"] for r in rounds], "wall_s": record["wall_s"],
-                      "stage": record["folder"], "prune": prune.to_dict()}
+                      "dev": record.metrics["accuracy"], "validation": rounds[-1]["validation"]["accuracy"],
+                      "dev_by_round": [r["metrics"]["accuracy"] for r in rounds], "wall_s": record.wall_s,
+                      "stage": record.folder, "prune": prune.to_dict()}
     if BASELINE not in rows:  # a subset without the reference: the figures alone, nothing written
         print(json.dumps(rows, indent=1))
         return

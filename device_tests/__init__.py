@@ -1,6 +1,6 @@
 """The on-device benchmark harness: copied to a phone or board and run there.
 
-It needs only numpy and one runtime (onnxruntime, ai-edge-litert or tflite-runtime), plus tokenizers
+It needs only numpy and one runtime (`runtimes.py` lists them: onnxruntime, ai-edge-litert, ...), plus tokenizers
 for `run --text` alone (text.py imports it), so it must never import torch, transformers or any
 edgebert package.
 """

@@ -1,40 +1,31 @@
-"""The runtimes a model file runs in, behind one small interface: load, prepare, infer, run.
+"""The runtimes a model file runs in, behind one small interface (`Model`): load, prepare, infer, run.
 
 `prepare` (cast, pad, pick a signature) happens outside the timed region; `infer` is the only
 thing the harness times; `run` adds what a caller needs to read the outputs (a dequantized int8
 output, token-level outputs cut back to the input length). `logits` runs a whole right-padded
 eval set in order. This is the one wrapper: the host side (export verification, quantization,
-bundles) loads files through it too.
+bundles) loads files through it too. Which class runs which file is `runtimes`' table.
 """
 
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata
-import importlib.util
 import os
+from abc import ABC, abstractmethod
 from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from . import HarnessError
+from . import HarnessError, accelerators, runtimes
 from .accelerators import DELEGATE_LIBRARIES, DELEGATES, PROVIDERS
 from .evalset import INPUTS
+from .versions import versions
 
-INSTALL = {"onnxruntime": "onnxruntime", "litert": "ai-edge-litert", "tflite-runtime": "tflite-runtime"}
 ONNX_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
-TFLITE_INT8_WARNING = ("tflite-runtime is a legacy runtime whose dynamic-range INT8 kernels gave silently "
-                       "wrong outputs on ai-edge-quantizer models: check its accuracy against ai-edge-litert")
 
 
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _check_names(names: list[str], where: str) -> None:
+def check_names(names: list[str], where: str) -> None:
+    """`names` (a file's inputs) are ones the harness feeds, input_ids among them: every runtime checks this."""
     unknown = [n for n in names if n not in INPUTS]
     if unknown or "input_ids" not in names:
         raise HarnessError(f"{where} has inputs {names}; the harness feeds {list(INPUTS)} by name: "
@@ -50,20 +41,45 @@ def pick_signature(length: int, lengths) -> int:
                        "truncate it or export a longer sequence length")
 
 
-class Onnx:
+class Model(ABC):
+    """A model file loaded in its runtime, as the harness uses it. A runtime's class is called as
+    `(path, threads, accelerator, runtime=entry)` (see `runtimes.Runtime.open`) and sets these attributes."""
+
+    name: str  # the runtime's name
+    version: str  # the runtime's version
+    warnings: list[str]  # caveats the result carries
+    accelerator: dict  # what runs it, for the result: {"provider": ...}, {"delegate": ...}
+    names: list[str]  # the inputs it takes (of evalset.INPUTS), in the order it takes them
+    output: str  # the name of the output it returns
+    max_length: int | None = None  # the longest input it takes (None: any)
+    batch_size: int | None = None  # the one batch size it takes (None: any)
+
+    @abstractmethod
+    def prepare(self, feeds: dict[str, np.ndarray]):
+        """Everything before the timed call: casts, padding, picking an entry point."""
+
+    @abstractmethod
+    def infer(self, prepared) -> np.ndarray:
+        """The timed call, on what `prepare` returned."""
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """Outputs as float32 for `feeds`, token-level ones as long as the input."""
+        return self.infer(self.prepare(feeds))
+
+    def details(self, lengths) -> dict:
+        """Result fields of its own for a run over inputs of these `lengths` (none by default)."""
+        return {}
+
+
+class Onnx(Model):
     """onnxruntime with dynamic batch and sequence axes."""
 
-    name = "onnxruntime"
-    max_length = None
-    batch_size = None
-
-    def __init__(self, path: str, threads: int, provider: str | None = None):
-        try:
-            import onnxruntime as ort
-        except ImportError as e:
-            raise HarnessError(f"backend onnxruntime cannot be imported ({e}): pip install onnxruntime") from None
-        self.version = ort.__version__
-        self.warnings: list[str] = []
+    def __init__(self, path: str, threads: int, provider: str | None = None, *,
+                 runtime: runtimes.Runtime | None = None):
+        runtime = runtime or runtimes.get("onnxruntime")
+        ort = runtime.import_module()
+        self.name, self.version = runtime.name, ort.__version__
+        self.warnings = [runtime.warning] if runtime.warning else []
         provider = provider or "cpu"
         if provider not in PROVIDERS:
             raise HarnessError(f"unknown execution provider {provider!r}: use one of {', '.join(PROVIDERS)}")
@@ -92,7 +108,7 @@ class Onnx:
         self.accelerator = {"provider": provider, "providers": self.session.get_providers()}
         inputs = self.session.get_inputs()
         self.names = [i.name for i in inputs]
-        _check_names(self.names, path)
+        check_names(self.names, path)
         bad = [f"{i.name}: {i.type}" for i in inputs if i.type not in ONNX_TYPES]
         if bad:
             raise HarnessError(f"{path} declares non-integer inputs ({', '.join(bad)}): expected int64 or int32 ids")
@@ -104,9 +120,6 @@ class Onnx:
 
     def infer(self, prepared) -> np.ndarray:
         return self.session.run([self.output], prepared)[0]
-
-    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        return self.infer(self.prepare(feeds))
 
 
 class Signature(NamedTuple):
@@ -120,29 +133,25 @@ class Signature(NamedTuple):
     quantization: tuple[float, int]  # the output's (scale, zero point); scale 0 = float output
 
 
-class TFLite:
+class TFLite(Model):
     """A .tflite file holding fixed-length signatures (seq_16, seq_32, ...): each batch runs on the
     smallest signature that fits it, zero-padded. `content` loads the flatbuffer from bytes instead of `path`."""
 
-    def __init__(self, path: str, threads: int, backend: str = "litert", *, content: bytes | None = None,
-                 delegate: str | None = None):
-        self.name = backend
-        module = "ai_edge_litert.interpreter" if backend == "litert" else "tflite_runtime.interpreter"
-        try:
-            runtime = importlib.import_module(module)
-        except ImportError as e:
-            raise HarnessError(f"backend {backend} cannot be imported ({e}): pip install {INSTALL[backend]}"
-                               + (" 'numpy<2'" if backend == "tflite-runtime" else "")) from None
-        self.version = _version(INSTALL[backend])
-        self.warnings = [TFLITE_INT8_WARNING] if backend == "tflite-runtime" else []
+    def __init__(self, path: str, threads: int, delegate: str | None = None, *,
+                 runtime: runtimes.Runtime | None = None, content: bytes | None = None):
+        runtime = runtime or runtimes.get("litert")
+        interpreter = runtime.import_module()
+        self.path, self.name = path, runtime.name
+        self.version = versions(runtime.package).get(runtime.package, "unknown")
+        self.warnings = [runtime.warning] if runtime.warning else []
         delegate = delegate or "xnnpack"
-        options = _delegate_options(runtime, delegate, backend)
+        options = _delegate_options(interpreter, delegate, runtime.name)
         self.accelerator = {"delegate": delegate}
         try:
             source = {"model_content": bytes(content)} if content is not None else {"model_path": path}
-            self.interpreter = runtime.Interpreter(**source, num_threads=threads, **options)
+            self.interpreter = interpreter.Interpreter(**source, num_threads=threads, **options)
         except (ValueError, RuntimeError) as e:
-            raise HarnessError(f"{backend} cannot load {path}" + (f" with delegate {delegate}" if options else "")
+            raise HarnessError(f"{runtime.name} cannot load {path}" + (f" with delegate {delegate}" if options else "")
                                + f": {str(e).splitlines()[0]}") from None
         signatures = self.interpreter.get_signature_list()
         if not signatures:
@@ -152,7 +161,7 @@ class TFLite:
             runner = self.interpreter.get_signature_runner(key)
             details = runner.get_input_details()
             names = list(details)
-            _check_names(names, f"signature {key} of {path}")
+            check_names(names, f"signature {key} of {path}")
             shape = details["input_ids"]["shape"]
             if len(shape) != 2:
                 raise HarnessError(f"signature {key} of {path}: input_ids shape {list(shape)}, expected [batch, length]")
@@ -165,6 +174,7 @@ class TFLite:
         self.batch_size = batches.pop() if len(batches) == 1 else None
         self.max_length = max(self.signatures)
         self.names = [n for n in INPUTS if any(n in s.dtypes for s in self.signatures.values())]
+        self.output = next(iter(self.signatures.values())).output
 
     def signature_for(self, length: int) -> str:
         return self.signatures[pick_signature(length, self.signatures)].key
@@ -192,6 +202,15 @@ class TFLite:
             out = (out.astype(np.float32) - zero) * scale
         return out[:, : feeds["input_ids"].shape[1]] if out.ndim == 3 else out
 
+    def details(self, lengths) -> dict:
+        """The signatures inputs of these lengths ran on, and which delegates could take the file whole."""
+        found = {"signatures_used": sorted({self.signature_for(min(int(n), self.max_length)) for n in lengths})}
+        try:
+            found["delegate_fit"] = accelerators.fit(self.path)
+        except HarnessError as e:
+            self.warnings.append(f"no delegate check: {e}")
+        return found
+
 
 def _delegate_options(runtime, delegate: str, backend: str) -> dict:
     """Interpreter keyword arguments for `delegate`: a name from DELEGATES or a delegate library's path."""
@@ -212,29 +231,17 @@ def _delegate_options(runtime, delegate: str, backend: str) -> dict:
                            "pass --delegate /path/to/its.so") from None
 
 
-def load(path: str, backend: str, threads: int, *, provider: str | None = None, delegate: str | None = None):
-    """A loaded model; `provider` (ONNX Runtime) or `delegate` (LiteRT) picks the accelerator."""
-    if backend == "onnxruntime":
-        if delegate:
-            raise HarnessError(f"--delegate {delegate} is for .tflite runtimes: for onnxruntime pass --provider")
-        return Onnx(path, threads, provider)
-    if backend in ("litert", "tflite-runtime"):
-        if provider:
-            raise HarnessError(f"--provider {provider} is for onnxruntime: for {backend} pass --delegate")
-        return TFLite(path, threads, backend, delegate=delegate)
-    raise HarnessError(f"unknown backend {backend!r}: use onnxruntime, litert or tflite-runtime")
-
-
-def default_backend(path: str) -> str:
-    """onnxruntime for .onnx; for .tflite ai-edge-litert, else the legacy tflite-runtime."""
-    if path.endswith(".onnx"):
-        return "onnxruntime"
-    if path.endswith(".tflite"):
-        for module, backend in (("ai_edge_litert", "litert"), ("tflite_runtime", "tflite-runtime")):
-            if importlib.util.find_spec(module):
-                return backend
-        raise HarnessError("no TFLite runtime is installed: pip install ai-edge-litert")
-    raise HarnessError(f"cannot tell the backend from {path}: pass --backend onnxruntime|litert|tflite-runtime")
+def load(path: str, backend: str, threads: int, *, provider: str | None = None, delegate: str | None = None) -> Model:
+    """`path` loaded in the runtime named `backend`; `provider` (ONNX Runtime) or `delegate` (LiteRT) picks
+    the accelerator of a runtime that takes that flag."""
+    runtime = runtimes.get(backend)
+    given = {flag: value for flag, value in (("provider", provider), ("delegate", delegate)) if value}
+    for flag, value in given.items():
+        if flag != runtime.accelerator_flag:
+            takers = [r.name for r in runtimes.RUNTIMES.values() if r.accelerator_flag == flag]
+            instead = f"pass --{runtime.accelerator_flag}" if runtime.accelerator_flag else "drop it"
+            raise HarnessError(f"--{flag} {value} is for {', '.join(takers)}: for {backend} {instead}")
+    return runtime.open(path, threads, given.get(runtime.accelerator_flag))
 
 
 def batches(arrays: dict, names, batch_size: int, dtype=np.int64) -> Iterator[tuple[slice, dict]]:

@@ -6,10 +6,8 @@ import argparse
 import os
 import sys
 
-from . import HarnessError
+from . import HarnessError, runtimes
 from .accelerators import DELEGATES, PROVIDERS
-
-BACKENDS = ("onnxruntime", "litert", "tflite-runtime")
 
 
 def _positive(kind):
@@ -29,13 +27,14 @@ def _non_negative(text):
 
 
 def parser() -> argparse.ArgumentParser:
+    packages = [r.package for r in runtimes.RUNTIMES.values()]
     p = argparse.ArgumentParser(prog="python -m device_tests", description="edgebert on-device benchmark harness. "
-                                "Needs numpy and one runtime (onnxruntime, ai-edge-litert or tflite-runtime); "
+                                f"Needs numpy and one runtime ({', '.join(packages[:-1])} or {packages[-1]}); "
                                 "run --text also needs tokenizers. Nothing else: no torch, no edgebert.")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="time a model and score it on the eval set (--inputs), or read raw text "
                        "through it (--text); writes one JSON")
-    r.add_argument("--model", required=True, help="model.onnx or model.tflite")
+    r.add_argument("--model", required=True, help=" or ".join(f"model{s}" for s in runtimes.formats().values()))
     source = r.add_mutually_exclusive_group(required=True)
     source.add_argument("--inputs", help="eval.npz from the exporter: time the model and score the task metric")
     source.add_argument("--text", help="a UTF-8 file, one sentence or tab-separated pair a line: tokenize each with "
@@ -43,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
                         "with words and labels, a score, or a vector, one JSON line per input line")
     r.add_argument("--tokenizer", help="--text: the tokenizer.json to use (default: the one beside the model)")
     r.add_argument("--labels", help="--text: labels.txt naming the outputs (default: the one beside the model)")
-    r.add_argument("--backend", choices=BACKENDS, help="default: onnxruntime for .onnx, ai-edge-litert for .tflite")
+    r.add_argument("--backend", choices=runtimes.RUNTIMES.names(), help=f"default: {runtimes.defaults()}")
     r.add_argument("--provider", choices=PROVIDERS, help="onnxruntime execution provider, "
                    "CPU as fallback (default cpu); refused when this onnxruntime build lacks it")
     r.add_argument("--delegate", help=f"LiteRT delegate: {', '.join(DELEGATES)} or a delegate library's "
@@ -61,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=_positive(float), help="give up after this many seconds")
     r.add_argument("--json", help="write the result here (default: print it)")
     pr = sub.add_parser("probe", help="print which of numpy and the runtimes import here, as JSON")
-    pr.add_argument("--backends", default="onnxruntime,litert,tflite-runtime",
+    pr.add_argument("--backends", default=",".join(runtimes.RUNTIMES),
                     help="comma-separated runtimes to check (numpy is always checked)")
     return p
 
@@ -80,11 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "probe":
             from . import probe
-            names = ["numpy"] + [b for b in args.backends.split(",") if b]
-            unknown = [b for b in names if b not in probe.MODULES]
-            if unknown:
-                raise HarnessError(f"unknown backend {unknown[0]!r}: use {', '.join(BACKENDS)}")
-            return probe.main(names)
+            return probe.main([b for b in args.backends.split(",") if b])
         try:
             from . import harness
         except ImportError as e:

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from . import HarnessError, __version__, accelerators, backends, device, files, manifest
+from . import HarnessError, __version__, backends, device, files, manifest, runtimes
 from .evalset import EvalSet, metric
 
 
@@ -110,6 +110,69 @@ def _evaluate(model, data: EvalSet, pad_to: int | None, truncate: bool) -> tuple
     return backends.place(outputs, data.n, data.arrays["input_ids"].shape[1]), inputs
 
 
+def _verify(args) -> tuple[str, dict, str | None]:
+    """The model's sha256 and its manifest check (a warning when there is none to check it against)."""
+    digest = files.sha256(args.model)
+    verified, unverified = manifest.check(args.model, digest, args.manifest)
+    if unverified:
+        print(f"device_tests: warning: {unverified}", file=sys.stderr, flush=True)
+    return digest, verified, unverified
+
+
+def _eval_set(args, verified: dict) -> EvalSet:
+    """The eval set, checked against the manifest's record of it and its tokenizer's vocabulary."""
+    if verified["manifest"]:
+        manifest.verify(verified["manifest"], args.inputs, files.sha256(args.inputs))
+    data = EvalSet(args.inputs)
+    vocab = manifest.vocab_size(verified["manifest"]) if verified["manifest"] else None
+    if vocab is not None:
+        data.check_vocabulary(vocab, f"the tokenizer in {verified['manifest']}")
+    return data
+
+
+def _load(args, clock: _Clock) -> tuple[str, backends.Model, float]:
+    """(runtime name, the loaded model, ms it took): the runtime asked for, else the first installed one
+    for the file's suffix."""
+    backend = args.backend or runtimes.choose(args.model).name
+    clock.phase = "loading the model"
+    t0 = time.perf_counter()
+    model = backends.load(args.model, backend, args.threads, provider=args.provider, delegate=args.delegate)
+    return backend, model, (time.perf_counter() - t0) * 1000
+
+
+def _inputs(args, model: backends.Model, data: EvalSet) -> _Inputs:
+    """The timed runs' batches, once the model is known to take this eval set at --batch."""
+    missing = [n for n in model.names if n not in data.arrays]
+    if missing:
+        raise HarnessError(f"the model needs {missing} but {args.inputs} lacks them: re-export the eval set")
+    if model.batch_size and args.batch != model.batch_size:
+        raise HarnessError(f"{args.model} has batch {model.batch_size} signatures: use --batch {model.batch_size}")
+    return _Inputs(data, model, args.batch, args.pad_to, args.truncate)
+
+
+def _first_ms(model: backends.Model, inputs: _Inputs, clock: _Clock) -> float:
+    clock.phase = "first inference"
+    prepared = model.prepare(inputs.feeds(inputs.rows(0)))
+    t0 = time.perf_counter_ns()
+    model.infer(prepared)
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def _scores(args, data: EvalSet, logits: np.ndarray, truncated: set) -> tuple[dict, list[str]]:
+    """The task metric's result fields (and logits with --logits), and what the reader must know about them."""
+    fields, warnings = {}, []
+    if data.labels is not None:
+        scores, predictions = metric(logits, data.labels, data.task)
+        fields.update(task=data.task["kind"], metric=data.task["metric"], **scores, predictions=predictions)
+    else:
+        warnings.append(f"{args.inputs} has no labels: no task metric")
+    if args.logits:
+        fields["logits"] = logits.astype(np.float64).tolist()
+    if truncated:
+        warnings.append(f"{len(truncated)} examples were truncated (--truncate): the metric is not the full-length one")
+    return fields, warnings
+
+
 def run(args) -> dict:
     """Everything `python -m device_tests run` measures, as the result dict."""
     clock = _Clock(args.timeout)
@@ -117,84 +180,41 @@ def run(args) -> dict:
     for path, what in ((args.model, "--model"), (args.inputs, "--inputs")):
         if not os.path.isfile(path):
             raise HarnessError(f"{what} {path} does not exist")
-    digest = files.sha256(args.model)
-    verified, unverified = manifest.check(args.model, digest, args.manifest)
-    if unverified:
-        print(f"device_tests: warning: {unverified}", file=sys.stderr, flush=True)
-    if verified["manifest"]:
-        manifest.verify(verified["manifest"], args.inputs, files.sha256(args.inputs))
-    data = EvalSet(args.inputs)
-    vocab = manifest.vocab_size(verified["manifest"]) if verified["manifest"] else None
-    if vocab is not None:
-        data.check_vocabulary(vocab, f"the tokenizer in {verified['manifest']}")
-    backend = args.backend or backends.default_backend(args.model)
-
-    clock.phase = "loading the model"
-    t0 = time.perf_counter()
-    model = backends.load(args.model, backend, args.threads, provider=args.provider, delegate=args.delegate)
-    load_ms = (time.perf_counter() - t0) * 1000
-    missing = [n for n in model.names if n not in data.arrays]
-    if missing:
-        raise HarnessError(f"the model needs {missing} but {args.inputs} lacks them: re-export the eval set")
-    batch = args.batch
-    if model.batch_size and batch != model.batch_size:
-        raise HarnessError(f"{args.model} has batch {model.batch_size} signatures: use --batch {model.batch_size}")
-    inputs = _Inputs(data, model, batch, args.pad_to, args.truncate)
-
-    clock.phase = "first inference"
-    prepared = model.prepare(inputs.feeds(inputs.rows(0)))
-    t0 = time.perf_counter_ns()
-    model.infer(prepared)
-    first_ms = (time.perf_counter_ns() - t0) / 1e6
+    digest, verified, unverified = _verify(args)
+    data = _eval_set(args, verified)
+    backend, model, load_ms = _load(args, clock)
+    inputs = _inputs(args, model, data)
+    first_ms = _first_ms(model, inputs, clock)
     ms = _timed(model, inputs, clock, args.warmup, args.runs, args.duration)
-
     clock.phase = "the metric pass"
     logits, eval_inputs = _evaluate(model, data, args.pad_to, args.truncate)
     clock.stop()
 
-    result = {
+    details = model.details([args.pad_to] if args.pad_to else data.lengths)  # may add to model.warnings
+    scores, notes = _scores(args, data, logits, inputs.truncated | eval_inputs.truncated)
+    return {
         "harness": __version__,
         "emulated": args.emulated,
-        "complete": False,
+        "complete": True,
         "device": device.describe(),
         "runtime": {"backend": backend, "version": model.version, **model.accelerator, "numpy": np.__version__,
                     "python": platform.python_version()},
         "model": {"file": os.path.basename(args.model), "bytes": os.path.getsize(args.model), "sha256": digest,
                   **verified},
         "settings": {"threads": args.threads, "warmup": args.warmup, "runs": len(ms), "duration_s": args.duration,
-                     "batch": batch, "pad_to": args.pad_to, "truncate": args.truncate},
+                     "batch": args.batch, "pad_to": args.pad_to, "truncate": args.truncate},
         "load_ms": load_ms,
         "first_inference_ms": first_ms,
         "latency_ms": latency_stats(ms),
         "latency_runs_ms": [round(x, 4) for x in ms],  # each timed run, in order: the distribution
-        "throughput": batch * len(ms) / (sum(ms) / 1000),
+        "throughput": args.batch * len(ms) / (sum(ms) / 1000),
         "peak_rss_mb": peak_rss_mb(),
         "n_examples": data.n,
-        "warnings": [w for w in (unverified,) if w] + list(model.warnings),
+        **details,
+        **scores,
+        "warnings": [w for w in (unverified,) if w] + model.warnings + notes
+                    + (["emulated run: timings are not device latency"] if args.emulated else []),
     }
-    if isinstance(model, backends.TFLite):
-        lengths = [args.pad_to] if args.pad_to else [min(int(n), model.max_length) for n in data.lengths]
-        result["signatures_used"] = sorted({model.signature_for(n) for n in lengths})
-        try:
-            result["delegate_fit"] = accelerators.fit(args.model)
-        except HarnessError as e:
-            result["warnings"].append(f"no delegate check: {e}")
-    if data.labels is not None:
-        scores, predictions = metric(logits, data.labels, data.task)
-        result.update(task=data.task["kind"], metric=data.task["metric"], **scores)
-        result["predictions"] = predictions
-    else:
-        result["warnings"].append(f"{args.inputs} has no labels: no task metric")
-    if args.logits:
-        result["logits"] = logits.astype(np.float64).tolist()
-    truncated = inputs.truncated | eval_inputs.truncated
-    if truncated:
-        result["warnings"].append(f"{len(truncated)} examples were truncated (--truncate): the metric is not "
-                                  "the full-length one")
-    if args.emulated:
-        result["warnings"].append("emulated run: timings are not device latency")
-    result["complete"] = True
-    return result
 
 
 def run_text(args) -> dict:
@@ -212,31 +232,25 @@ def run_text(args) -> dict:
             raise HarnessError(f"{flag} times or scores the eval set and does not apply to --text: drop it")
     lines = text.read_lines(args.text)
     folder = os.path.dirname(os.path.abspath(args.model))
-    digest = files.sha256(args.model)
-    verified, unverified = manifest.check(args.model, digest, args.manifest)
-    if unverified:
-        print(f"device_tests: warning: {unverified}", file=sys.stderr, flush=True)
-    backend = args.backend or backends.default_backend(args.model)
-    clock.phase = "loading the model"
-    model = backends.load(args.model, backend, args.threads, provider=args.provider, delegate=args.delegate)
+    digest, verified, unverified = _verify(args)
+    backend, model, _ = _load(args, clock)
     if model.batch_size not in (None, 1):
         raise HarnessError(f"{args.model} has batch {model.batch_size} signatures; --text runs one line at a time")
     tokenizer_path = args.tokenizer or os.path.join(folder, "tokenizer.json")
     tokenizer = text.load_tokenizer(tokenizer_path, model.max_length)
     labels = text.read_labels(args.labels or os.path.join(folder, "labels.txt"))
-    output = model.output if isinstance(model, backends.Onnx) else next(iter(model.signatures.values())).output
     clock.phase = "the text"
     results = []
     for line, pair in lines:
         encoding = tokenizer.encode(line, pair)
         feeds = text.feeds(encoding)
-        results.append(text.read_out(model.run({n: feeds[n] for n in model.names}), output, encoding, line, pair,
-                                     labels))
+        results.append(text.read_out(model.run({n: feeds[n] for n in model.names}), model.output, encoding, line,
+                                     pair, labels))
     clock.stop()
     return {"harness": __version__, "complete": True,
             "model": {"file": os.path.basename(args.model), "sha256": digest, **verified},
             "runtime": {"backend": backend, "version": model.version, **model.accelerator},
-            "tokenizer": os.path.basename(tokenizer_path), "labels": labels, "output": output,
+            "tokenizer": os.path.basename(tokenizer_path), "labels": labels, "output": model.output,
             "lines": results, "warnings": [w for w in (unverified,) if w] + list(model.warnings)}
 
 

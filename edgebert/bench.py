@@ -15,6 +15,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .device_tests import runtimes
 from .device_tests.files import write_bytes, write_json
 from .device_tests.accelerators import DELEGATES, PROVIDERS
 from .targets import Adb, BenchError, Job, Local, parse
@@ -28,20 +29,24 @@ def _log(message: str) -> None:
 
 
 def resolve(model_or_bundle, fmt: str | None = None, inputs=None, manifest=None) -> list[tuple[Path, Path, Path | None]]:
-    """(model, eval set, manifest) for each model to bench: every .onnx/.tflite of a bundle, or one file."""
+    """(model, eval set, manifest) for each model to bench: every model file of a bundle (of format `fmt`
+    alone when given), or one file."""
     path = Path(model_or_bundle)
     if not path.exists():
         raise BenchError(f"{path} does not exist: pass a model file or a bundle folder")
     path = path.resolve()  # absolute: the local harness runs in a temporary folder
-    suffixes = (f".{fmt}",) if fmt else (".onnx", ".tflite")
+    known = runtimes.formats()
+    if fmt is not None and fmt not in known:
+        raise BenchError(f"unknown format {fmt!r}: use one of {', '.join(known)}")
+    suffixes = [known[fmt]] if fmt else list(known.values())
     if path.is_dir():
         models = sorted(p for p in path.iterdir() if p.suffix in suffixes)
         if not models:
             raise BenchError(f"bundle {path} has no {' or '.join('*' + s for s in suffixes)} model")
         folder = path
     else:
-        if path.suffix not in (".onnx", ".tflite"):
-            raise BenchError(f"{path} is not a .onnx or .tflite model")
+        if path.suffix not in known.values():
+            raise BenchError(f"{path} is not a {' or '.join(known.values())} model")
         models, folder = [path], path.parent
     eval_set = Path(inputs).resolve() if inputs else folder / "eval.npz"
     if not eval_set.is_file():
@@ -67,6 +72,8 @@ def bench(model_or_bundle, *, target="local", backend=None, fmt=None, threads=1,
     jobs = resolve(model_or_bundle, fmt, inputs, manifest)
     if provider is not None and provider not in PROVIDERS:
         raise BenchError(f"unknown provider {provider!r}: use one of {', '.join(PROVIDERS)}")
+    if backend is not None and backend not in runtimes.RUNTIMES:
+        raise BenchError(f"unknown backend {backend!r}: use one of {', '.join(runtimes.RUNTIMES)}")
     names = [target] if isinstance(target, str) else list(target)
     if len(set(names)) != len(names):
         raise BenchError(f"targets {names} repeat one: pass each --target once")
@@ -243,13 +250,13 @@ def register(subparsers) -> argparse.ArgumentParser:
     """Add `bench` to the edgebert CLI's subparsers."""
     p = subparsers.add_parser("bench", help="time and score a model on this machine, a board, a phone or qemu",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("model", nargs="?", help="a model (.onnx/.tflite) or a bundle folder (model.*, eval.npz, manifest.json)")
+    p.add_argument("model", nargs="?", help=f"a model ({'/'.join(runtimes.formats().values())}) or a bundle folder "
+                   "(model.*, eval.npz, manifest.json)")
     p.add_argument("--target", action="append", help="local (default), ssh://user@host[:port], adb[:serial], "
                    "qemu-aarch64[:cpu] (cortex-a72, cortex-a76, neoverse-n1); repeat for several: they run "
                    "at once and share one comparison table")
-    p.add_argument("--format", choices=("onnx", "tflite"), help="bench only this format of a bundle")
-    p.add_argument("--backend", choices=("onnxruntime", "litert", "tflite-runtime"),
-                   help="default: onnxruntime for .onnx, ai-edge-litert (else tflite-runtime) for .tflite")
+    p.add_argument("--format", choices=list(runtimes.formats()), help="bench only this format of a bundle")
+    p.add_argument("--backend", choices=runtimes.RUNTIMES.names(), help=f"default: {runtimes.defaults()}")
     p.add_argument("--provider", choices=PROVIDERS, help="onnxruntime execution provider (default cpu); "
                    "the target refuses one its onnxruntime lacks")
     p.add_argument("--delegate", help=f"LiteRT delegate: {', '.join(DELEGATES)} or a delegate library's path "

@@ -9,7 +9,6 @@ nowhere during the other verbs.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib.util
 import json
 import logging
@@ -21,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import __version__
-from .errors import EdgebertError
+from .errors import EdgebertError, disk_full
 
 LOG = "edgebert.log"
 
@@ -249,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"edgebert: interrupted{again}", file=sys.stderr)
         return 130
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        if disk_full(e):
             print(f"edgebert: error: disk full writing {e.filename or 'a file'}: free space, then run again"
                   f"{' with --resume' if args.verb == 'compile' else ''}", file=sys.stderr)
             return 2

@@ -8,8 +8,7 @@ Three seams, each a module chosen by the config: the position (a learned table i
 `Rotary` inside the attention, or DeBERTa's `RelativePositions` read by a `DisentangledSelfAttention`,
 with or without the table), the attention span (global, or a `SlidingWindow` on some layers)
 and the FFN (`Intermediate`, plain or gated). A BERT-layout config builds none of the optional
-parts, so its graph is exactly the one ONNX Runtime's BERT fusions expect; inside `onnx_runtime_ops()`
-its attention exports as ONNX Runtime's own MultiHeadAttention node instead.
+parts, so its graph is exactly the one ONNX Runtime's BERT fusions expect.
 
 Submodule names follow Hugging Face's BERT (`embeddings.word_embeddings`,
 `encoder.layer.0.attention.self.query`, ...), so BERT, MiniLM and ELECTRA checkpoints load by
@@ -18,13 +17,13 @@ these paths: they address layers by role through the view at the bottom (`blocks
 and reach the encoder of any task model through `encoder_of`.
 
 `forward` has no data-dependent Python control flow: the same code traces to ONNX and converts to
-TFLite at fixed or variable sequence length.
+TFLite at fixed or variable sequence length. What only an exported graph does (the last layer for [CLS]
+alone, ONNX Runtime's attention node, one LayerNormalization node per width-pruned norm) is no switch
+here: `edgebert.export.graph` swaps wrappers of these modules into a copy of the model.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -222,8 +221,7 @@ class SlidingWindow(nn.Module):
 
 class SelfAttention(nn.Module):
     """Bidirectional multi-head attention, written like HF's eager BertSelfAttention so that ONNX Runtime's
-    BERT fusions recognise the exported graph (inside `onnx_runtime_ops`, one MultiHeadAttention node). Layer
-    `index` picks its seams."""
+    BERT fusions recognise the exported graph. Layer `index` picks its seams."""
 
     def __init__(self, c: EncoderConfig, heads: int, index: int):
         super().__init__()
@@ -238,20 +236,12 @@ class SelfAttention(nn.Module):
         theta = c.local_rope_theta if window is not None and c.local_rope_theta is not None else c.rope_theta
         self.rotary = Rotary(c.head_size, theta) if c.position == "rotary" else None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, *, first_only: bool = False) -> torch.Tensor:
-        """first_only: the first position's query alone (its keys and values are still every token's)."""
-        rows = x[:, :1] if first_only else x
-        if self.rotary is None and self.window is None and _ORT_OPS.get() and torch.onnx.is_in_onnx_export():
-            inner = self.heads * self.head_size
-            projections = (self.query, self.key, self.value)
-            bias = torch.cat([m.bias for m in projections]) if self.query.bias is not None else x.new_zeros(3 * inner)
-            return OrtMultiHeadAttention.apply(F.linear(rows, self.query.weight), F.linear(x, self.key.weight),
-                                               F.linear(x, self.value.weight), bias, mask, self.heads)
-        q, k, v = (self.split(t) for t in (self.query(rows), self.key(x), self.value(x)))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = (self.split(t) for t in (self.query(x), self.key(x), self.value(x)))
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
         if self.window is not None:
-            mask = self.window(mask)[:, :, : q.shape[2]]
+            mask = self.window(mask)
         return attend(q, k, v, mask, self.head_size, self.dropout)
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
@@ -270,41 +260,6 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     probs = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(size) + mask, dim=-1)
     context = torch.matmul(dropout(probs) if dropout is not None else probs, v).permute(0, 2, 1, 3).contiguous()
     return context.view(q.shape[0], -1, context.shape[2] * size)
-
-
-_ORT_OPS = contextvars.ContextVar("onnx_runtime_ops", default=False)
-
-
-@contextlib.contextmanager
-def onnx_runtime_ops():
-    """An ONNX export inside exports plain attention as ONNX Runtime's com.microsoft MultiHeadAttention: one
-    node for the heads' split, scores, mask, softmax and context, where the steps are a dozen. ORT runs it
-    faster than both the steps and its own Attention fusion (measured on x86, the pruned student and the
-    teacher alike); other runtimes lack it, so exports for them (static QDQ, NPUs) stay standard."""
-    token = _ORT_OPS.set(True)
-    try:
-        yield
-    finally:
-        _ORT_OPS.reset(token)
-
-
-class OrtMultiHeadAttention(torch.autograd.Function):
-    """The projections q [B, S, D], k, v [B, T, D] (biases apart: ORT adds them) and the additive key mask
-    [B, 1, 1, T] → the context [B, S, D]. Runs the steps in PyTorch; exports as one MultiHeadAttention node."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, bias, mask, heads: int):
-        size = q.shape[-1] // heads
-        q, k, v = (split_heads(t + b, heads, size) for t, b in zip((q, k, v), bias.chunk(3)))
-        return attend(q, k, v, mask, size)
-
-    @staticmethod
-    def symbolic(g, q, k, v, bias, mask, heads: int):
-        keys = g.op("Squeeze", mask, g.op("Constant", value_t=torch.tensor([1, 2])))  # [B, T]: 0 where attended
-        attended = g.op("Cast", g.op("Equal", keys, g.op("Constant", value_t=torch.tensor(0.0))), to_i=6)  # INT32
-        context = g.op("com.microsoft::MultiHeadAttention", q, k, v, bias, attended, num_heads_i=heads)
-        context.setType(q.type())  # the query's shape and type: what the exporter's shape inference reads
-        return context
 
 
 def _bucket(distance: torch.Tensor, buckets: int, max_distance: int) -> torch.Tensor:
@@ -412,18 +367,14 @@ class Layer(nn.Module):
         self.attention, self.intermediate, self.output = attention, intermediate, output
         self.pre_ln = pre_ln
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, *relative: torch.Tensor,
-                first_only: bool = False) -> torch.Tensor:
-        """`relative`: RelativePositions' (table, rows) for DeBERTa's attention, else nothing.
-        `first_only`: the output [B, 1, H] of the first position alone (plain attention only)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, *relative: torch.Tensor) -> torch.Tensor:
+        """`relative`: RelativePositions' (table, rows) for DeBERTa's attention, else nothing."""
         attn, out = self.attention.output, self.output
-        kw = {"first_only": True} if first_only else {}  # DeBERTa's attention has no such option
-        residual = x[:, :1] if first_only else x
         if self.pre_ln:
             h = attn.LayerNorm(x) if attn.LayerNorm is not None else x
-            x = residual + attn.dropout(attn.dense(self.attention.self(h, mask, *relative, **kw)))
+            x = x + attn.dropout(attn.dense(self.attention.self(h, mask, *relative)))
             return x + out.dropout(out.dense(self.intermediate(out.LayerNorm(x))))
-        x = attn.LayerNorm(attn.dropout(attn.dense(self.attention.self(x, mask, *relative, **kw))) + residual)
+        x = attn.LayerNorm(attn.dropout(attn.dense(self.attention.self(x, mask, *relative))) + x)
         return out.LayerNorm(out.dropout(out.dense(self.intermediate(x))) + x)
 
 
@@ -447,13 +398,10 @@ class Stack(nn.Module):
         self.final_layernorm = _norm(c, c.hidden_size, hidden=True) if c.pre_ln else None
         self.relative = RelativePositions(c) if c.relative_terms else None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, *, first_only: bool = False) -> torch.Tensor:
-        """first_only: the last layer computes the first ([CLS]) position alone, [B, 1, H] (not for DeBERTa's
-        relative attention, whose output keeps every position)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         relative = () if self.relative is None else self.relative(x.shape[1])
-        last = len(self.layer) - 1
-        for i, layer in enumerate(self.layer):
-            x = layer(x, mask, *relative, first_only=first_only and i == last and self.relative is None)
+        for layer in self.layer:
+            x = layer(x, mask, *relative)
         return self.final_layernorm(x) if self.final_layernorm is not None else x
 
 
@@ -472,24 +420,15 @@ class Encoder(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
-        *,
-        first_only: bool = False,
     ) -> torch.Tensor:
-        """first_only: the last layer's output for [CLS] alone, [B, 1, H], where that is all a head reads."""
-        if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):  # eager only: exported graphs stay static
+        # Eager calls only: a data-dependent refusal has no place in a graph, and this is the entry point of every
+        # trace, an exporter's (edgebert's or the caller's own torch.onnx.export) as well as torch.compile's.
+        if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):
             check_inputs(self.config, input_ids, attention_mask, token_type_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)
-        dtype = x.dtype
-        return self.encoder(x, attention_bias(attention_mask, dtype), first_only=first_only)
-
-
-def exporting() -> bool:
-    """Inside torch.onnx.export or torch.export (litert-torch): a graph for inference, where no hook reads the
-    hidden states, so a head that reads [CLS] alone may have the last layer compute [CLS] alone (an exact
-    rewrite: the other rows of its attention output and FFN are work nothing reads)."""
-    return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
+        return self.encoder(x, attention_bias(attention_mask, x.dtype))
 
 
 def check_inputs(config: EncoderConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -535,14 +474,6 @@ class LayerNorm(nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.stats_width is None:
             return super().forward(x)
-        if torch.onnx.is_in_onnx_export():
-            # the same statistics as one LayerNormalization node over the units padded with the zeros they
-            # stand for: ONNX Runtime runs that one kernel faster than the dozen elementwise nodes of the
-            # steps below (which LiteRT, without such a kernel, runs faster than the padded width)
-            pad = self.stats_width - self.normalized_shape[0]  # (weights by torch.cat: the exporter folds it)
-            weight = torch.cat([self.weight, self.weight.new_ones(pad)])
-            bias = None if self.bias is None else torch.cat([self.bias, self.bias.new_zeros(pad)])
-            return F.layer_norm(F.pad(x, (0, pad)), (self.stats_width,), weight, bias, self.eps)[..., :-pad]
         kept = x.shape[-1] / self.stats_width
         mean = x.mean(-1, keepdim=True) * kept
         centred = x - mean
@@ -595,17 +526,22 @@ class HeadConfig:
 class TaskModel(nn.Module):
     """Base of the task models: an encoder, a head config, and saving/loading."""
 
+    pools = False  # whether the output is `pooled`'s (sentence-level heads), not per token
+
     def __init__(self, config: EncoderConfig, head: HeadConfig):
         super().__init__()
         self.config, self.head = config, head
         self.encoder = Encoder(config)
 
     def pooled(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
-        """The encoder's output pooled as `head.pooling` says; in an exported graph with [CLS] pooling the last
-        layer computes [CLS] alone (`exporting`)."""
-        first = self.head.pooling == "cls" and exporting()
-        x = self.encoder(input_ids, attention_mask, token_type_ids, first_only=first)
-        return pool(x, attention_mask, self.head.pooling)
+        """The encoder's output pooled as `head.pooling` says."""
+        return pool(self.encoder(input_ids, attention_mask, token_type_ids), attention_mask, self.head.pooling)
+
+    @property
+    def reads_cls_alone(self) -> bool:
+        """Whether the output reads the last hidden states' [CLS] row and no other, so that an exported graph
+        may compute that row alone in the last layer."""
+        return self.pools and self.head.pooling == "cls"
 
 
 class Pooler(nn.Module):
@@ -635,6 +571,8 @@ def pool(x: torch.Tensor, attention_mask: torch.Tensor | None, how: str) -> torc
 
 class SequenceClassifier(TaskModel):
     """Sentence and sentence-pair classification, and regression (num_labels=1), from [CLS]."""
+
+    pools = True
 
     def __init__(self, config: EncoderConfig, head: HeadConfig):
         super().__init__(config, head)
@@ -669,6 +607,8 @@ class TokenClassifier(TaskModel):
 
 class Embedder(TaskModel):
     """Sentence embeddings: [CLS] or mask-aware mean pooling, optionally L2-normalised."""
+
+    pools = True
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
         if attention_mask is None:

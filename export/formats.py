@@ -1,39 +1,55 @@
-"""The format registry: one `Format` per kind of model file, registered by its own module
-(`export/onnx.py`, `export/tflite.py`), so a new format is one file plus its registration.
+"""The format registry: one `Format` per kind of model file, the host half of a format whose device half
+is its runtime entry (`edgebert.device_tests.runtimes`).
 
-A format says how a file of it is written (its export config and exporter), how it runs (the
-`edgebert.device_tests.backends` runtime that loads it, the same one the device harness uses),
-how a bundle describes its inputs and outputs, and which quantization methods produce it
-(`quantizers`, filled in by `edgebert.quantize`, which export never imports).
+The runtime entry names the format, its suffix and how a file of it runs; the `Format` adds how a file is
+written (its export config and exporter), how a bundle describes its inputs and outputs, and which
+quantization methods produce it (`quantize_methods`, the recipe's names; `quantizers`, filled in by
+`edgebert.quantize`, which export never imports). Each format edgebert writes has a module of its own,
+`export/<format name>.py`, that registers its `Format`; the registry imports those of the formats the
+runtime table names on first lookup, so a new format is that module and its runtime's entry. (A format
+some runtime runs but edgebert does not write has no such module, and no `Format`.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib import import_module
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from edgebert.device_tests import HarnessError, backends
+from edgebert.device_tests import HarnessError, backends, runtimes
 from edgebert.errors import EdgebertError
+from edgebert.registry import Registry
 
 
 @dataclass(frozen=True, kw_only=True)
 class Format:
-    name: str  # "onnx": how recipes, metadata and bundles name it
-    suffix: str  # ".onnx"
+    runtime: str  # "litert": the device_tests runtime that runs it here; its entry names the format and suffix
     config: type  # its export options, an edgebert.config.Config subclass
     exporter: Callable  # (model, config, spec: InputSpec, out: Path) -> meta dict; writes `out` atomically
-    backend: str  # the device_tests backend that runs it on the host
     io: Callable[[Path], dict]  # the input/output contract of a file, as a bundle manifest records it
     input_dtype: str  # the ids' dtype of a file written with default options
+    quantize_methods: tuple[str, ...]  # the recipe's `quantize.<name>` choices, the default first; "none": float
+    # the methods its exporter does itself: method -> the export config's changes ({"fp16": {"precision": "fp16"}})
+    export_methods: dict[str, dict] = field(default_factory=dict)
     quantizers: dict = field(default_factory=dict)  # {quantize config type: method}, see edgebert.quantize
 
-    def open(self, path: str | Path, threads: int = 1):
-        """The file loaded in its runtime (a `device_tests.backends` object)."""
+    @property
+    def name(self) -> str:
+        """"onnx": how recipes, metadata and bundles name it."""
+        return runtimes.get(self.runtime).format
+
+    @property
+    def suffix(self) -> str:
+        return runtimes.get(self.runtime).suffix
+
+    def open(self, path: str | Path, threads: int = 1) -> backends.Model:
+        """The file loaded in its runtime."""
         try:
-            return backends.load(str(path), self.backend, threads)
+            return backends.load(str(path), self.runtime, threads)
         except HarnessError as e:
             raise EdgebertError(str(e)) from None
 
@@ -46,45 +62,50 @@ class Format:
             raise EdgebertError(str(e)) from None
 
 
-_FORMATS: dict[str, Format] = {}
+def _import_formats() -> None:
+    for name in runtimes.formats():
+        if find_spec(f"{__package__}.{name}"):
+            import_module(f"{__package__}.{name}")
+
+
+FORMATS: Registry[Format] = Registry("format", load=_import_formats)
 
 
 def register(fmt: Format) -> Format:
-    if fmt.name in _FORMATS or any(f.suffix == fmt.suffix for f in _FORMATS.values()):
-        raise EdgebertError(f"format {fmt.name} ({fmt.suffix}) is registered twice: give it a new name and suffix")
-    _FORMATS[fmt.name] = fmt
-    return fmt
+    """Add the format its runtime names; a format whose runtime is unknown is refused."""
+    try:
+        return FORMATS.register(fmt.name, fmt)
+    except HarnessError as e:
+        raise EdgebertError(f"format of {fmt.config.__name__}: {e}") from None
 
 
 def all_formats() -> list[Format]:
-    """Every registered format, in registration order."""
-    return list(_FORMATS.values())
+    """Every registered format, in the runtime table's order."""
+    return FORMATS.values()
 
 
 def get(name: str) -> Format:
-    if name not in _FORMATS:
-        raise EdgebertError(f"unknown format {name!r}: use one of {list(_FORMATS)}")
-    return _FORMATS[name]
+    return FORMATS.get(name)
 
 
 def of_path(path: str | Path) -> Format | None:
     """The format a file name implies (by suffix); None when no format claims it."""
-    return next((f for f in _FORMATS.values() if f.suffix == Path(path).suffix), None)
+    return next((f for f in FORMATS.values() if f.suffix == Path(path).suffix), None)
 
 
 def of_file(path: str | Path) -> Format:
     """The format of a model file to run; one error naming the known suffixes when none claims it."""
     fmt = of_path(path)
     if fmt is None:
-        raise EdgebertError(f"cannot run {path}: expected a {' or '.join(f.suffix for f in _FORMATS.values())} file")
+        raise EdgebertError(f"cannot run {path}: expected a {' or '.join(f.suffix for f in FORMATS.values())} file")
     return fmt
 
 
 def of_config(config) -> Format | None:
     """The format an export config writes; None for anything else."""
-    return next((f for f in _FORMATS.values() if type(config) is f.config), None)
+    return next((f for f in FORMATS.values() if type(config) is f.config), None)
 
 
 def suffix_hint() -> str:
     """"*.onnx or *.tflite": for messages that ask for a file of some known format."""
-    return " or ".join(f"*{f.suffix}" for f in _FORMATS.values())
+    return " or ".join(f"*{f.suffix}" for f in FORMATS.values())

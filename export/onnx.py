@@ -1,20 +1,19 @@
 """PyTorch → ONNX with dynamic batch and sequence axes, then ONNX Runtime's BERT fusions.
 
 The legacy TorchScript exporter is used on purpose: its graph matches ORT's fusion patterns
-(EmbedLayerNormalization, SkipLayerNormalization, BiasGelu); the dynamo exporter's does not. A "fused"
-export also writes plain attention as ORT's MultiHeadAttention node itself (`model.onnx_runtime_ops`).
-A fusion is kept only if the fused graph still matches the unfused one numerically.
+(EmbedLayerNormalization, SkipLayerNormalization, BiasGelu); the dynamo exporter's does not. The traced
+graph is `graph.for_export`'s: a "fused" export also writes plain attention as ORT's MultiHeadAttention node
+itself. A fusion is kept only if the fused graph still matches the unfused one numerically.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -23,12 +22,13 @@ from torch import nn
 from edgebert.config import Config
 from edgebert.device_tests import backends
 from edgebert.device_tests.files import atomic_path
-from edgebert.errors import EdgebertError
+from edgebert.errors import EdgebertError, on_disk_full
 from edgebert import families
-from edgebert.model import config_of, onnx_runtime_ops
+from edgebert.model import config_of
 
 from . import formats
 from .data import InputSpec
+from .graph import for_export
 
 FUSION_TOLERANCE = 1e-4
 TRIM = "trim_padding/"  # the name prefix of what trim_padding adds to a graph
@@ -46,18 +46,14 @@ class OnnxExportConfig(Config):
     app that pads to a fixed length pays for the real length; only where the output has no sequence axis."""
 
     opset: int = 17
-    input_dtype: str = "int64"
-    optimize: str = "fused"
+    input_dtype: Literal["int64", "int32"] = "int64"
+    optimize: Literal["fused", "basic", "none"] = "fused"
     fuse_embeddings: bool = True
     num_heads: int | None = None
     hidden_size: int | None = None
     trim_padding: bool = True
 
     def __post_init__(self):
-        if self.input_dtype not in ("int64", "int32"):
-            raise EdgebertError(f"OnnxExportConfig input_dtype {self.input_dtype!r}: use 'int64' or 'int32'")
-        if self.optimize not in ("fused", "basic", "none"):
-            raise EdgebertError(f"OnnxExportConfig optimize {self.optimize!r}: use 'fused', 'basic' or 'none'")
         if self.opset < 17:
             raise EdgebertError(f"OnnxExportConfig opset {self.opset}: use 17 or newer (LayerNormalization)")
 
@@ -113,12 +109,12 @@ def trace(model: nn.Module, spec: InputSpec, config: OnnxExportConfig, out: Path
     args = tuple(sample_inputs(model, spec, config.torch_dtype).values())
     axes = {n: {0: "batch", 1: "sequence"} for n in spec.names}
     axes[spec.output] = {0: "batch"}
-    model.eval()
-    ops = onnx_runtime_ops() if config.optimize == "fused" else contextlib.nullcontext()
+    graph = for_export(model, ort_attention=config.optimize == "fused", layer_norm_node=True)
     try:
-        with warnings.catch_warnings(), torch.no_grad(), ops:
+        with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(Positional(model, spec.names), args, str(out), input_names=list(spec.names),
+            # (Positional in eval mode: the exporter leaves what it traced in the mode it found it)
+            torch.onnx.export(Positional(graph, spec.names).eval(), args, str(out), input_names=list(spec.names),
                               output_names=[spec.output], dynamic_axes=axes, opset_version=config.opset,
                               dynamo=False, do_constant_folding=True)
     except (EdgebertError, OSError):  # an OSError is the disk's, not the op's: export_onnx names it
@@ -254,34 +250,24 @@ def _trimmed(path: Path, trimmed: Path, model: nn.Module, spec: InputSpec, confi
 def export_onnx(model: nn.Module, config: OnnxExportConfig, spec: InputSpec, out: str | Path) -> dict:
     """Write `out` (atomically) and return its metadata."""
     out = Path(out)
-    try:
-        with tempfile.TemporaryDirectory(prefix="edgebert-onnx-") as tmp, atomic_path(out) as dst:
-            raw = Path(tmp) / "raw.onnx"
-            trace(model, spec, config, raw)
-            if config.optimize == "fused":
-                info = _fuse(raw, dst, model, spec, config)
-            elif config.optimize == "basic":
-                _basic(raw, dst)
-                info = {"optimization": "basic"}
-            else:
-                dst.write_bytes(raw.read_bytes())
-                info = {"optimization": "none"}
-            if config.trim_padding:
-                info["trim_padding"] = _trimmed(dst, Path(tmp) / "trimmed.onnx", model, spec, config)
-    except Exception as e:  # a full disk reaches here as OSError, or as a truncated graph protobuf/ORT reject
-        if not _disk_full(e, out.parent):
-            raise
-        raise EdgebertError(f"disk full while writing {out} (or its temporary copy in {tempfile.gettempdir()}): "
-                            "free space, then export again; nothing was left behind") from None
+    full = (f"disk full while writing {out} (or its temporary copy in {tempfile.gettempdir()}): free space, "
+            "then export again; nothing was left behind")  # met as an OSError, a truncated protobuf or ORT's reject
+    with on_disk_full(full, out.parent), tempfile.TemporaryDirectory(prefix="edgebert-onnx-") as tmp, \
+            atomic_path(out) as dst:
+        raw = Path(tmp) / "raw.onnx"
+        trace(model, spec, config, raw)
+        if config.optimize == "fused":
+            info = _fuse(raw, dst, model, spec, config)
+        elif config.optimize == "basic":
+            _basic(raw, dst)
+            info = {"optimization": "basic"}
+        else:
+            dst.write_bytes(raw.read_bytes())
+            info = {"optimization": "none"}
+        if config.trim_padding:
+            info["trim_padding"] = _trimmed(dst, Path(tmp) / "trimmed.onnx", model, spec, config)
     return {"format": "onnx", "opset": config.opset, "inputs": list(spec.names), "input_dtype": config.input_dtype,
             "outputs": [spec.output], "dynamic_axes": ["batch", "sequence"], **info}
-
-
-def _disk_full(e: Exception, folder: Path) -> bool:
-    """Whether `e` is (or, from a C++ writer that does not say so, follows) a full disk or file-size limit."""
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-        return True
-    return any(shutil.disk_usage(d).free < 1 << 20 for d in (folder, tempfile.gettempdir()) if Path(d).is_dir())
 
 
 def onnx_io(path: Path) -> dict:
@@ -305,5 +291,6 @@ def onnx_io(path: Path) -> dict:
             "outputs": tensors(model.graph.output)}
 
 
-ONNX = formats.register(formats.Format(name="onnx", suffix=".onnx", config=OnnxExportConfig, exporter=export_onnx,
-                                       backend="onnxruntime", io=onnx_io, input_dtype="int64"))
+ONNX = formats.register(formats.Format(runtime="onnxruntime", config=OnnxExportConfig, exporter=export_onnx,
+                                       io=onnx_io, input_dtype="int64",
+                                       quantize_methods=("dynamic", "static", "mixed", "qat", "none")))

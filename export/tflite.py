@@ -3,7 +3,8 @@
 litert-torch converts at fixed shapes only (dynamic sequence length fails in tracing, and a
 quantized file cannot be resized), so each length in `seq_lens` becomes a signature `seq_<T>`
 with int32 inputs named like the model's and one output (`logits`, or an embedder's `embeddings`); the runtime picks the
-smallest bucket that holds the input (`device_tests.backends.pick_signature`).
+smallest bucket that holds the input (`device_tests.backends.pick_signature`). What is converted is
+`graph.for_export`'s graph (the last layer for [CLS] alone where that is all the head reads).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from edgebert.model import config_of
 
 from . import formats
 from .data import InputSpec
+from .graph import for_export
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +76,7 @@ def convert(model: nn.Module, spec: InputSpec, seq_lens, batch_size: int = 1) ->
     limit = _max_length(model)
     if limit is not None and max(seq_lens) > limit:
         raise EdgebertError(f"seq_lens {tuple(seq_lens)} exceed the model's {limit} positions: drop the longer lengths")
-    wrapped = Named(model.eval(), spec.output).eval()
+    wrapped = Named(for_export(model), spec.output).eval()
     converter = None
     for t in sorted(seq_lens):
         sample = {k: torch.zeros(batch_size, t, dtype=torch.int32) for k in spec.names}
@@ -142,6 +144,7 @@ def _detail(d: dict) -> dict:
     return out
 
 
-TFLITE = formats.register(formats.Format(name="tflite", suffix=".tflite", config=TFLiteExportConfig,
-                                         exporter=export_tflite, backend="litert", io=tflite_io,
-                                         input_dtype="int32"))
+TFLITE = formats.register(formats.Format(runtime="litert", config=TFLiteExportConfig, exporter=export_tflite,
+                                         io=tflite_io, input_dtype="int32",
+                                         quantize_methods=("dynamic", "full", "qat", "fp16", "none"),
+                                         export_methods={"fp16": {"precision": "fp16"}}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from edgebert.config import Config
 from edgebert.errors import EdgebertError
@@ -16,14 +17,16 @@ from edgebert.export import Budget
 from edgebert.passes.int4 import BLOCK_SIZES
 from edgebert.passes.train import TrainConfig
 
-TARGETS = ("x86", "x86-vnni", "arm")
-METHODS = ("minmax", "percentile", "entropy")
+Target = Literal["x86", "x86-vnni", "arm"]
+Method = Literal["minmax", "percentile", "entropy"]  # how calibration turns observed values into a range
+IO = Literal["float", "int8"]  # the type of a TFLite file's output tensor
 # Kinds of ops in an exported BERT graph: the unit of float/INT8 choices (see quantize.onnx_ptq.classify).
-KINDS = ("linear", "attention_matmul", "layernorm", "softmax", "gelu", "residual_add", "bias_add",
-         "embedding_add", "mask_add")
+Kind = Literal["linear", "attention_matmul", "layernorm", "softmax", "gelu", "residual_add", "bias_add",
+               "embedding_add", "mask_add"]
+KINDS = get_args(Kind)
 
 
-def host_target() -> str:
+def host_target() -> Target:
     """The target of this machine: arm, x86 with VNNI (no reduce_range needed) or plain x86."""
     if platform.machine().lower() in ("arm64", "aarch64"):
         return "arm"
@@ -32,16 +35,6 @@ def host_target() -> str:
     except OSError:
         return "x86"
     return "x86-vnni" if ("avx512_vnni" in flags or "avx_vnni" in flags) else "x86"
-
-
-def _check_method(method: str) -> None:
-    if method not in METHODS:
-        raise EdgebertError(f"calibration method {method!r}: use one of {METHODS}")
-
-
-def _check_target(target: str) -> None:
-    if target not in TARGETS:
-        raise EdgebertError(f"target {target!r}: use one of {TARGETS}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +76,13 @@ def _check_int4(config) -> None:
                             "(it replaces the INT8 word table; drop int4_embeddings to keep the tables float)")
 
 
+def _check_samples(config, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) < 1:
+            raise EdgebertError(f"{type(config).__name__}.{name} counts examples: give at least 1, got "
+                                f"{getattr(config, name)}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DynamicInt8Config(Config):
     """INT8 weights, activations quantized at run time (ORT dynamic; TFLite dynamic-range).
@@ -91,12 +91,11 @@ class DynamicInt8Config(Config):
     VNNI), "x86-vnni", or "arm" (S8/S8), following ONNX Runtime's guidance."""
 
     per_channel: bool = True
-    target: str = field(default_factory=host_target)
+    target: Target = field(default_factory=host_target)
     int8_embeddings: bool = True
     int4_embeddings: Int4EmbeddingsConfig | None = None  # block-wise INT4 word table instead of INT8
 
     def __post_init__(self):
-        _check_target(self.target)
         _check_int4(self)
 
 
@@ -108,26 +107,19 @@ class StaticInt8Config(Config):
     outlier-prone ops (LayerNorm, Softmax, GELU, residual/embedding/mask Adds) in FP32.
     io: TFLite only: "float" keeps float logits, "int8" quantizes the output tensor too."""
 
-    method: str = "minmax"
+    method: Method = "minmax"
     samples: int = 256
-    target: str = field(default_factory=host_target)
+    target: Target = field(default_factory=host_target)
     per_channel: bool = True
-    exclude: tuple[str, ...] = ("layernorm", "softmax", "gelu", "residual_add", "embedding_add", "mask_add", "bias_add")
+    exclude: tuple[Kind, ...] = ("layernorm", "softmax", "gelu", "residual_add", "embedding_add", "mask_add",
+                                 "bias_add")
     int8_embeddings: bool = True
     int4_embeddings: Int4EmbeddingsConfig | None = None  # block-wise INT4 word table instead of INT8
-    io: str = "float"
+    io: IO = "float"
 
     def __post_init__(self):
-        _check_target(self.target)
-        _check_method(self.method)
         _check_int4(self)
-        if self.io not in ("float", "int8"):
-            raise EdgebertError(f"io {self.io!r}: use 'float' or 'int8'")
-        if self.samples < 1:
-            raise EdgebertError("StaticInt8Config samples must be >= 1")
-        unknown = sorted(set(self.exclude) - set(KINDS))
-        if unknown:
-            raise EdgebertError(f"StaticInt8Config exclude has unknown kinds {unknown}: use some of {KINDS}")
+        _check_samples(self, "samples")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,20 +132,19 @@ class MixedPrecisionConfig(Config):
     still fails with everything else in float, quantize raises instead of shipping a worse model."""
 
     budget: Budget = Budget(max_metric_drop=0.01)  # one point
-    method: str = "minmax"
+    method: Method = "minmax"
     samples: int = 256
     search_samples: int = 256  # eval examples for the per-group sensitivity; the budget uses all
-    target: str = field(default_factory=host_target)
+    target: Target = field(default_factory=host_target)
     per_channel: bool = True
     int8_embeddings: bool = True
     int4_embeddings: Int4EmbeddingsConfig | None = None  # block-wise INT4 word table instead of INT8
-    io: str = "float"
+    io: IO = "float"
 
     def __post_init__(self):
-        _check_target(self.target)
-        _check_method(self.method)
         _check_int4(self)
-        if not isinstance(self.budget, Budget) or self.budget == Budget():
+        _check_samples(self, "samples", "search_samples")
+        if self.budget == Budget():
             raise EdgebertError("MixedPrecisionConfig needs a Budget with a limit, e.g. Budget(max_metric_drop=0.01)")
 
 
@@ -168,11 +159,10 @@ class QATConfig(Config):
     train: TrainConfig = field(default_factory=lambda: TrainConfig(
         steps=300, lr=2e-5, batch_size=16, weight_decay=0.0, warmup=0, seed=0, progress=False))
     temperature: float = 2.0
-    target: str = field(default_factory=host_target)
+    target: Target = field(default_factory=host_target)
     int8_embeddings: bool = True
     seq_lens: tuple[int, ...] = (16, 32, 64, 128)  # TFLite output only
 
     def __post_init__(self):
-        _check_target(self.target)
         if self.temperature <= 0:
             raise EdgebertError(f"QATConfig.temperature must be positive, got {self.temperature}")

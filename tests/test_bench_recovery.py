@@ -29,8 +29,8 @@ def test_variants_share_one_start_and_change_only_prune(bench_scripts):
         assert prune.rounds * prune.recovery.train.steps == recovery.BUDGET * factor, name
         assert variant.stage("distill").train.steps == recovery.START["distill"]["train"]["steps"]
         assert all(variant.stage(s) == compiled.stage(s) for s in STAGES if s not in ("distill", "prune"))
-        distills.add(repr(STAGES["distill"].cache_key(variant)))
-        keys.add(repr(STAGES["prune"].cache_key(variant)))
+        distills.add(repr(STAGES.get("distill").cache_key(variant)))
+        keys.add(repr(STAGES.get("prune").cache_key(variant)))
     assert len(distills) == 1  # one distilled student for all
     assert len(keys) == len(recovery.VARIANTS)  # each is a stage of its own
 

@@ -80,7 +80,7 @@ def _refuse_work(monkeypatch):
         raise AssertionError("a stage ran or a file was benched again")
 
     for name in STAGES:
-        monkeypatch.setitem(STAGES, name, replace(STAGES[name], run=refuse))
+        monkeypatch.setitem(STAGES._entries, name, replace(STAGES.get(name), run=refuse))
     monkeypatch.setattr("edgebert.bench.bench", refuse)
 
 

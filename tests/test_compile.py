@@ -13,6 +13,7 @@ from dataclasses import replace
 from edgebert import EdgebertError
 from edgebert.pipeline import compile as compiler
 from edgebert.pipeline import recipe as recipes
+from edgebert.pipeline.context import StageRecord
 from edgebert.pipeline.stages import STAGES
 
 def _recipe(model, **top):
@@ -47,10 +48,15 @@ def _hashes(bundle):
     return {name: f["sha256"] for name, f in manifest["files"].items() if name != "report.html"}
 
 
+def _swap(monkeypatch, name: str, **changes) -> None:
+    """Stage `name`'s registry entry with `changes`, for this test."""
+    monkeypatch.setitem(STAGES._entries, name, replace(STAGES.get(name), **changes))
+
+
 def _count_runs(monkeypatch, name: str, ran: list) -> None:
     """Stage `name` runs as before and appends its name to `ran` each time it does."""
-    stage = STAGES[name]
-    monkeypatch.setitem(STAGES, name, replace(stage, run=lambda *a, **k: (ran.append(name), stage.run(*a, **k))[1]))
+    stage = STAGES.get(name)
+    _swap(monkeypatch, name, run=lambda *a, **k: (ran.append(name), stage.run(*a, **k))[1])
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +113,7 @@ def test_unchanged_rerun_does_no_work(finished, tiny_checkpoint, tiny_sst2, monk
         raise AssertionError("a stage ran again")
 
     for name in ("finetune", "distill", "quantize", "export"):
-        monkeypatch.setitem(STAGES, name, replace(STAGES[name], run=refuse))
+        _swap(monkeypatch, name, run=refuse)
     again = compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2), resume=True)
     assert _hashes(again) == before
 
@@ -142,13 +148,13 @@ def test_the_files_are_keyed_by_the_code_that_wrote_them(tiny_checkpoint, tiny_s
 
     code = {"version": "the code the compile runs"}
     monkeypatch.setattr(registry, "code_version", lambda: code["version"])
-    distill, ran = STAGES["distill"], []
+    distill, ran = STAGES.get("distill"), []
 
     def edited_meanwhile(*args, **kwargs):
         code["version"] = "an edit made during distillation"
         return distill.run(*args, **kwargs)
 
-    monkeypatch.setitem(STAGES, "distill", replace(distill, run=edited_meanwhile))
+    _swap(monkeypatch, "distill", run=edited_meanwhile)
     for name in ("quantize", "export"):
         _count_runs(monkeypatch, name, ran)
     out = tmp_path / "out"
@@ -162,10 +168,10 @@ def test_stages_alone_are_the_stages_a_compile_reuses(finished, tiny_checkpoint,
     out, bundle = finished
     manifest = json.loads((bundle / "manifest.json").read_text())
     for name in ("finetune", "distill"):
-        monkeypatch.setitem(STAGES, name, replace(STAGES[name], run=lambda *a, **k: pytest.fail("a stage ran again")))
+        _swap(monkeypatch, name, run=lambda *a, **k: pytest.fail("a stage ran again"))
     records = compiler.run_stages(_recipe(tiny_checkpoint, stages=["finetune", "distill"]), out, data_dir=str(tiny_sst2))
-    assert [r["name"] for r in records] == ["finetune", "distill"]
-    assert [r["metrics"] for r in records] == [s["metrics"] for s in manifest["stages"]]
+    assert [r.name for r in records] == ["finetune", "distill"]
+    assert [r.metrics for r in records] == [s["metrics"] for s in manifest["stages"]]
 
 
 def test_prune_recovers_from_the_teacher_the_distill_stage_learned_from(tiny_checkpoint, tiny_sst2, tmp_path):
@@ -179,17 +185,18 @@ def test_prune_recovers_from_the_teacher_the_distill_stage_learned_from(tiny_che
     out = tmp_path / "out"
     finetuned, _, pruned = compiler.run_stages(recipe, out, data_dir=str(tiny_sst2))
     ctx = context(recipe, out, str(tiny_sst2))
-    teacher = task_model(out / "stages" / finetuned["folder"] / "model", ctx.task)
+    teacher = task_model(out / "stages" / finetuned.folder / "model", ctx.task)
     cache = out / "work" / "teacher-cache" / TeacherCache.key(teacher, ctx.data.train, [])
     assert (cache / "meta.json").is_file()  # recovery's labels are the fine-tuned model's, not the student's
     # one cache for the compile: distill labelled the same text with the same teacher, so prune built none
     assert [c.name for c in cache.parent.iterdir()] == [cache.name]
-    key = STAGES["prune"].cache_key  # the new options enter it only when set: prune runs cached before them resume
+    key = STAGES.get("prune").cache_key  # the new options enter it only when set: prune runs cached before them resume
     assert {"recover_from", "int4_words"} & set(key(replace(recipe, options={**recipe.options,
                                                                             "prune": PruneConfig()}))) == set()
     assert key(recipe)["recover_from"] == "teacher"
-    with pytest.raises(EdgebertError, match='put "distill" before "prune"'):
+    with pytest.raises(EdgebertError, match='put "distill" before "prune"'):  # up front: nothing is written
         compiler.run_stages(replace(recipe, stages=["finetune", "prune"]), tmp_path / "b", data_dir=str(tiny_sst2))
+    assert not (tmp_path / "b").exists()
 
 
 def test_prune_tries_keep_the_best_on_validation_and_reuse_a_single_run(tiny_checkpoint, tiny_sst2, tmp_path,
@@ -211,20 +218,20 @@ def test_prune_tries_keep_the_best_on_validation_and_reuse_a_single_run(tiny_che
     assert ran == ["prune"]  # seed 43 alone: seed 42's stage is the single run's
     pruned = compiler.run_stages(twice, out, data_dir=str(tiny_sst2))[1]
     assert ran == ["prune"]  # and a re-run runs neither
-    assert [t["seed"] for t in pruned["tries"]] == [42, 43] and pruned["tries"][0]["folder"] == single["folder"]
-    kept = compiler.best_try([{"details": {"validation": {"accuracy": t["validation"]}}} for t in pruned["tries"]],
-                             "accuracy")
-    assert pruned["folder"] == pruned["tries"][kept]["folder"] and [t["kept"] for t in pruned["tries"]] == [
+    assert [t["seed"] for t in pruned.tries] == [42, 43] and pruned.tries[0]["folder"] == single.folder
+    kept = compiler.best_try([StageRecord(name="prune", details={"validation": {"accuracy": t["validation"]}})
+                              for t in pruned.tries], "accuracy")
+    assert pruned.folder == pruned.tries[kept]["folder"] and [t["kept"] for t in pruned.tries] == [
         t == kept for t in range(2)]
     stage = json.loads((bundle / "manifest.json").read_text())["stages"][1]
-    assert stage["checkpoint"] == f"stages/{pruned['folder']}/model" and stage["tries"] == pruned["tries"]
+    assert stage["checkpoint"] == f"stages/{pruned.folder}/model" and stage["tries"] == pruned.tries
     assert f"seed {42 + kept} validation" in compiler.summary(bundle) and "(kept)" in compiler.summary(bundle)
     assert f"try from seed {42 + kept}: validation" in (bundle / "report.html").read_text()
 
 
 def test_the_best_try_is_chosen_on_validation_and_ties_keep_the_first():
     def tried(*scores):
-        return [{"details": {"validation": {"f1": v}}, "metrics": {"f1": 1 - v}} for v in scores]
+        return [StageRecord(name="prune", details={"validation": {"f1": v}}, metrics={"f1": 1 - v}) for v in scores]
 
     assert compiler.best_try(tried(0.80, 0.85, 0.83), "f1") == 1  # dev (metrics) would pick the first
     assert compiler.best_try(tried(0.85, 0.85), "f1") == 0
@@ -292,7 +299,7 @@ def test_bad_inputs_are_one_line(tiny_checkpoint, tiny_sst2, tmp_path):
     ('[prune]\nheads = 1.5', "prune: PruneConfig.heads is a fraction"),
     ('[prune]\ntries = 0', "prune.tries: expected a positive int, got 0"),
     ('validation = 0\n[prune]\ntries = 2', "prune.tries keeps the try best on the validation split"),
-    ('[quantize]\nonnx = "int4"', "quantize.onnx: unknown method 'int4'"),
+    ('[quantize]\nonnx = "int4"', "quantize.onnx: unknown onnx 'int4'"),
     ('[export]\nformats = "onnx"', 'export.formats: expected a list of str, got "onnx"'),
     ("[bogus]\nx = 1", "[bogus]: unknown stage table"),
     ("[distill]\nlayer = 4", "distill.layer: unknown field"),

@@ -29,6 +29,7 @@ from edgebert.data import (
     nsp_pairs,
     pretokenize_eval,
 )
+from edgebert.data.tasks import get_task, register
 from edgebert.errors import EdgebertError
 
 # Counts from each folder's SOURCE.md.
@@ -67,7 +68,7 @@ def test_stsb_counts_and_mean_score_match_source(data_dir, split):
 @pytest.mark.parametrize("split", list(CONLL))
 def test_conll_sentence_and_entity_counts_match_source(data_dir, split):
     data = load_task("conll2003", split, data_dir=data_dir)
-    tags = TASKS["conll2003"].labels
+    tags = TASKS.get("conll2003").labels
     mentions = Counter(
         tags[t][2:] for e in data.examples for t in e.label if tags[t].startswith("B-")
     )
@@ -91,6 +92,14 @@ def test_data_root_prefers_argument_then_environment(tmp_path, monkeypatch):
     assert data_root() == tmp_path
     with pytest.raises(EdgebertError, match="pass --data DIR or set EDGEBERT_DATA"):
         data_root(tmp_path / "missing")
+
+
+def test_tasks_are_registered_once_and_found_by_name():
+    assert get_task("mrpc").metric == "f1" and list(TASKS)[:2] == ["sst2", "mrpc"]
+    with pytest.raises(EdgebertError, match="^task 'sst2' is registered twice"):
+        register(Task("sst2", "classification", ("a", "b")))
+    with pytest.raises(EdgebertError, match="^unknown task 'imdb'; use one of sst2, mrpc, .* your own data"):
+        get_task("imdb")
 
 
 def test_unlabeled_split_is_refused(data_dir):
@@ -149,7 +158,7 @@ def test_conll_bad_line_drops_its_sentence(tmp_path):
         load_task("conll2003", data_dir=tmp_path)
     with pytest.warns(UserWarning, match="skipped 2 bad rows"):
         data = load_task("conll2003", data_dir=tmp_path, on_bad_row="skip")
-    assert data.examples == [Example(["EU"], None, [TASKS["conll2003"].labels.index("B-ORG")])]
+    assert data.examples == [Example(["EU"], None, [TASKS.get("conll2003").labels.index("B-ORG")])]
     assert "unknown tag 'B-FOO'" in data.skipped[1]
 
 
@@ -212,7 +221,7 @@ def test_conll_labels_sit_on_the_first_word_piece(tiny_tokenizer):
     split = _split(
         "token-classification",
         [Example(["The", "cat", "playing"], None, [0, 3, 4])],
-        TASKS["conll2003"].labels,
+        TASKS.get("conll2003").labels,
     )
     input_ids, _, labels, _ = encode_split(split, tiny_tokenizer, 16)
     assert tiny_tokenizer.convert_ids_to_tokens(input_ids[0]) == [
@@ -351,7 +360,7 @@ def test_pretokenize_eval_regression_and_token_labels(tiny_tokenizer):
     )
     assert scores["labels"].dtype == np.float32 and scores["labels"].tolist() == [4.5]
     tags = _split(
-        "token-classification", [Example(["playing"], None, [1])], TASKS["conll2003"].labels
+        "token-classification", [Example(["playing"], None, [1])], TASKS.get("conll2003").labels
     )
     arrays = pretokenize_eval(tags, tiny_tokenizer, 8)
     assert arrays["labels"].tolist() == [
@@ -367,7 +376,7 @@ def test_compute_metrics_picks_the_task_metrics():
     assert compute_metrics("sst2", [1, 0, 0], [1, 0, 1]) == {"accuracy": pytest.approx(2 / 3)}
     scores = compute_metrics("stsb", [1.0, 2.0, 3.0], [1.0, 3.0, 2.0])
     assert scores == {"pearson": pytest.approx(0.5), "spearman": pytest.approx(0.5)}
-    tags = TASKS["conll2003"].labels
+    tags = TASKS.get("conll2003").labels
     gold = np.array([[IGNORE, tags.index("B-PER"), tags.index("I-PER"), IGNORE]])
     guess = np.array([[0, tags.index("B-PER"), tags.index("I-PER"), tags.index("B-LOC")]])  # IGNORE slots skipped
     assert compute_metrics("conll2003", guess, gold)["entity_f1"] == 1.0

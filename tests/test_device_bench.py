@@ -62,6 +62,27 @@ def test_bad_input_is_one_line(tiny, tmp_path):
         bench(tmp_path / "nothing.onnx")
     with pytest.raises(BenchError, match="bad ssh target"):
         bench(tiny["bundle"], target="ssh://user@host:notaport")
+    with pytest.raises(BenchError, match="unknown format 'coreml': use one of onnx, tflite"):
+        bench(tiny["bundle"], fmt="coreml")
+    with pytest.raises(BenchError, match="unknown backend 'tensorrt': use one of onnxruntime, litert, tflite-runtime"):
+        bench(tiny["bundle"], backend="tensorrt")
+    with pytest.raises(BenchError, match=r"is not a \.onnx or \.tflite"):
+        bench(tiny["bundle"] / "eval.npz")
+
+
+def test_the_qemu_sysroot_holds_each_runtime_with_a_wheel_for_it(tmp_path):
+    """A runtime that joins the table (and can live in the sysroot) makes a cached sysroot stale."""
+    import json
+
+    from edgebert.targets.sysroot import WHEELS, Sysroot
+
+    assert WHEELS == ("numpy", "onnxruntime", "ai-edge-litert")  # tflite-runtime needs numpy<2
+    sysroot = Sysroot(tmp_path)
+    assert not sysroot._current()
+    sysroot.ready.write_text(json.dumps({"python": "3.11", "wheels": ["numpy==2.0", "onnxruntime==1.2"]}))
+    assert not sysroot._current()
+    sysroot.ready.write_text(json.dumps({"python": "3.11", "wheels": [f"{w}==1" for w in WHEELS]}))
+    assert sysroot._current() and sysroot.ensure()["python"] == "3.11"
 
 
 def _harness(*argv):

@@ -10,9 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import importlib
+
 import numpy as np
 import pytest
 from tiny_models import LENGTHS, write_eval
+
+from edgebert.device_tests import HarnessError, backends, runtimes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,6 +156,38 @@ def test_probe_reports_runtimes():
     proc = harness("probe", "--backends", "onnxruntime,litert")
     report = json.loads(proc.stdout)
     assert report["found"]["numpy"] and report["found"]["onnxruntime"] and report["found"]["litert"]
+    everything = json.loads(harness("probe").stdout)["found"]
+    assert list(everything) == ["numpy", *runtimes.RUNTIMES]
+    line = run_error("probe", "--backends", "onnxruntime,coreml")
+    assert "unknown backend 'coreml': use one of onnxruntime, litert, tflite-runtime" in line
+
+
+def test_each_runtime_entry_names_a_model_class_and_formats_name_their_runtime():
+    from edgebert.export import formats
+
+    for runtime in runtimes.RUNTIMES.values():
+        module, _, name = runtime.model.partition(":")
+        assert issubclass(getattr(importlib.import_module(f"edgebert.device_tests.{module}"), name), backends.Model)
+    for fmt in formats.all_formats():
+        assert runtimes.get(fmt.runtime).suffix == fmt.suffix and fmt.quantize_methods[-1] == "none"
+
+
+def test_the_runtime_for_a_file_is_the_first_there_for_its_suffix():
+    assert runtimes.choose("m.tflite").name == "litert"
+    assert runtimes.choose("m.tflite", lambda r: r.name == "tflite-runtime").name == "tflite-runtime"
+    assert runtimes.choose("m.tflite", lambda r: False).name == "litert"  # whose load names the pip package
+    assert runtimes.formats().items() >= {"onnx": ".onnx", "tflite": ".tflite"}.items()
+    with pytest.raises(HarnessError, match=r"cannot tell the backend from m\.bin: pass a \.onnx or \.tflite"):
+        runtimes.choose("m.bin")
+    with pytest.raises(HarnessError, match="one suffix per format"):
+        runtimes.register(runtimes.Runtime(name="ort-format", format="onnx", suffix=".ort", module="onnxruntime",
+                                           package="onnxruntime", model="backends:Onnx"))
+    assert "ort-format" not in runtimes.RUNTIMES
+
+
+def test_a_flag_for_another_runtime_is_one_line(tiny):
+    with pytest.raises(HarnessError, match="--provider cpu is for onnxruntime: for litert pass --delegate"):
+        backends.load(str(tiny["bundle"] / "model.tflite"), "litert", 1, provider="cpu")
 
 
 FORBIDDEN = {"torch", "transformers", "edgebert", "export", "quantize", "tensorflow"}

@@ -12,7 +12,7 @@ from edgebert.model import EncoderConfig, HeadConfig, LayerNorm, build
 from dataclasses import dataclass
 
 from edgebert.config import Config
-from edgebert.device_tests import backends, metrics
+from edgebert.device_tests import backends, metrics, runtimes
 from edgebert.device_tests.evalset import task_entry
 from edgebert.export import Artifact, Budget, InputSpec, OnnxExportConfig, TFLiteExportConfig, export, formats, \
     load_arrays, torch_logits
@@ -120,6 +120,17 @@ def test_a_cls_classifier_runs_its_last_ffn_for_cls_alone(tmp_path):
     assert len(ffn_in) == 2 and first.shape == (2, 12, 64) and last.shape == (2, 1, 64)
 
 
+def test_export_leaves_the_model_as_it_was(tmp_path):
+    """The export rewrites (export.graph) go into a copy holding the same weights: the model keeps its modules,
+    its weights and its eval mode (the exporter used to hand it back in training mode)."""
+    model = tiny(hidden_size=28, norm_width=32, head_size=8)
+    modules = [type(m) for m in model.modules()]
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    export(model, OnnxExportConfig(), out=tmp_path / "m.onnx")
+    assert not model.training and [type(m) for m in model.modules()] == modules
+    assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+
+
 def test_token_classifier_logits_per_token(tmp_path):
     model = tiny(head=HeadConfig(kind="token-classification", num_labels=5))
     data = eval_arrays()
@@ -192,12 +203,12 @@ def test_metric_drop_is_a_fraction_printed_in_points(tmp_path):
 
 
 def test_formats_are_looked_up_by_name_suffix_and_config(tmp_path):
-    assert [f.name for f in formats.all_formats()] == ["onnx", "tflite"]
+    assert [f.name for f in formats.all_formats()][:2] == ["onnx", "tflite"]
     assert formats.of_path("a/m.onnx") is formats.get("onnx") is formats.of_config(OnnxExportConfig())
     assert formats.of_config(TFLiteExportConfig()).suffix == ".tflite" and formats.of_path("m.bin") is None
     with pytest.raises(EdgebertError, match="unknown format 'coreml'"):
         formats.get("coreml")
-    with pytest.raises(EdgebertError, match="cannot run m.bin: expected a .onnx or .tflite file"):
+    with pytest.raises(EdgebertError, match="cannot run m.bin: expected a .onnx or .tflite"):
         Artifact("m.bin").run(eval_arrays())
     with pytest.raises(EdgebertError, match="export config Budget: use one of"):
         export(tiny(), Budget(), out=tmp_path / "m.onnx")
@@ -210,10 +221,13 @@ class Int32OnnxConfig(Config):
 
 def test_a_new_format_is_one_registration(tmp_path, monkeypatch):
     """export, Artifact.run and verification dispatch through the registry alone."""
-    fmt = formats.Format(name="onnx32", suffix=".o32", config=Int32OnnxConfig, backend="onnxruntime", io=onnx_io,
+    runtime = runtimes.Runtime(name="onnxruntime-o32", format="onnx32", suffix=".o32", module="onnxruntime",
+                               package="onnxruntime", model="backends:Onnx", accelerator_flag="provider")
+    monkeypatch.setitem(runtimes.RUNTIMES._entries, runtime.name, runtime)
+    fmt = formats.Format(runtime=runtime.name, config=Int32OnnxConfig, io=onnx_io, input_dtype="int32",
                          exporter=lambda m, c, spec, out: export_onnx(m, OnnxExportConfig(input_dtype="int32"), spec, out),
-                         input_dtype="int32")
-    monkeypatch.setitem(formats._FORMATS, fmt.name, fmt)
+                         quantize_methods=("none",))
+    monkeypatch.setitem(formats.FORMATS._entries, fmt.name, fmt)
     r = export(tiny(), Int32OnnxConfig(), out=tmp_path / "m.o32", eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
     assert r.format is fmt and r.meta["input_dtype"] == "int32" and r.verification["agreement"] == 1.0
     assert fmt.io(r.path)["inputs"]["input_ids"] == {"dtype": "int32", "shape": ["batch", "sequence"]}

@@ -55,7 +55,7 @@ def test_an_unknown_model_type_is_refused_in_one_line():
 
 
 def test_a_clashing_registration_is_refused(monkeypatch):
-    monkeypatch.setattr(families, "_FAMILIES", dict(families._families()))
+    monkeypatch.setattr(families.FAMILIES, "_entries", {name: families.get(name) for name in families.names()})
     with pytest.raises(EdgebertError, match="clashes"):
         families.register(dataclasses.replace(families.get("bert"), name="bert2"))  # model_type "bert" taken
 
@@ -89,7 +89,7 @@ TOY = Family(name="toy", model_types=("toy-encoder",), stem="Toy", prefix="body.
 
 
 def test_a_family_defined_here_loads_and_saves_through_checkpoint(tmp_path, monkeypatch):
-    monkeypatch.setattr(families, "_FAMILIES", dict(families._families()))
+    monkeypatch.setattr(families.FAMILIES, "_entries", {name: families.get(name) for name in families.names()})
     families.register(TOY)
     torch.manual_seed(0)
     reference = build(_toy_from_hf({"vocab": 50, "width": 16, "depth": 2, "heads": 2, "ffn": 24, "positions": 20}),

@@ -838,8 +838,8 @@ def _flip(bundle: Path) -> Path:
 
 BENCH = [
     ("missing", lambda t, b: t / "nothing", {}, "does not exist: pass a model file or a bundle folder"),
-    ("wrong-suffix", lambda t, b: _made(t / "m.bin"), {}, "is not a .onnx or .tflite model"),
-    ("no-models", lambda t, b: _folder(t / "empty"), {}, "has no *.onnx or *.tflite model"),
+    ("wrong-suffix", lambda t, b: _made(t / "m.bin"), {}, "is not a .onnx or .tflite"),
+    ("no-models", lambda t, b: _folder(t / "empty"), {}, "has no *.onnx or *.tflite"),
     ("no-eval-set", lambda t, b: Path(shutil.copy(b / "model.onnx", t / "m.onnx")), {}, "no eval set at"),
     ("bad-manifest-path", lambda t, b: b, {"manifest": "none.json"}, "none.json does not exist: fix --manifest"),
     ("unknown-target", lambda t, b: b, {"target": "ftp://x"}, "unknown target 'ftp://x'"),

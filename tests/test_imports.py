@@ -1,5 +1,6 @@
-"""The import graph, read statically with `ast` (imports inside functions included): the floors,
-no cycles, one namespace, and a device harness that needs only numpy and a runtime.
+"""The import graph, read statically with `ast` (imports inside functions included): the floors (also
+through `edgebert`'s lazy names and `import_module`), no cycles, one namespace, a device harness that needs
+only numpy and a runtime, and bench/ scripts that use edgebert's public names only.
 
 Each test lists every violation it finds at once, as `file:line: what`.
 """
@@ -12,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import edgebert
+from edgebert.device_tests import runtimes
+
 ROOT = Path(__file__).resolve().parent.parent
 # Repository folder -> the package it installs as (pyproject's package-dir).
 FOLDERS = {"edgebert": "edgebert", "export": "edgebert.export", "quantize": "edgebert.quantize",
@@ -20,7 +24,7 @@ FOLDERS = {"edgebert": "edgebert", "export": "edgebert.export", "quantize": "edg
 # Floors, by module-name prefix (the longest prefix wins; "edgebert" alone is the package __init__).
 # A module may import its own floor and those below it, never one above.
 FLOORS = {
-    "edgebert": 0, "edgebert.errors": 0, "edgebert.config": 0, "edgebert.device_tests": 0,
+    "edgebert": 0, "edgebert.errors": 0, "edgebert.config": 0, "edgebert.registry": 0, "edgebert.device_tests": 0,
     "edgebert.model": 1, "edgebert.families": 1, "edgebert.checkpoint": 1, "edgebert.tokenizer": 1,
     "edgebert.data": 1, "edgebert.stats": 1,
     "edgebert.passes": 2, "edgebert.export": 2, "edgebert.quantize": 2,
@@ -35,7 +39,12 @@ NEIGHBOURS = {
     "edgebert.passes": (),
 }
 BARE = {"export", "quantize", "device_tests"}  # repository folders that are not top-level packages
-RUNTIMES = {"numpy", "onnxruntime", "ai_edge_litert", "tflite_runtime"}
+RUNTIMES = {"numpy", *(r.module.split(".")[0] for r in runtimes.RUNTIMES.values())}  # what the harness may import
+# what a runtime's own class may import besides (the official ExecuTorch bindings take torch tensors)
+NEEDS: dict[str, set[str]] = {}
+for _runtime in runtimes.RUNTIMES.values():
+    NEEDS.setdefault(f"edgebert.device_tests.{_runtime.model.partition(':')[0]}", set()).update(_runtime.needs)
+LAZY = {name: f"edgebert.{module}" for name, module in edgebert._LAZY.items()}  # `from edgebert import X` loads these
 TEXT = ("edgebert.device_tests.text", "tokenizers")  # `run --text` alone tokenizes, so it alone imports tokenizers
 
 
@@ -54,25 +63,44 @@ def _sources() -> dict[str, Path]:
 MODULES = _sources()
 
 
+def _absolute(module: str, level: int, package: str) -> str:
+    """A relative import's target, as the interpreter resolves it from `package`."""
+    if not level:
+        return module
+    anchor = package.split(".")[: len(package.split(".")) - (level - 1)]
+    return ".".join([*anchor, *([module] if module else [])])
+
+
 def _imports(name: str, path: Path) -> list[tuple[int, str, int]]:
     """(line, imported name, relative level) for every import in the file, at any depth; relative
-    imports resolved, `from pkg import sub` resolved to the submodule when there is one."""
+    imports resolved, `from pkg import sub` resolved to the submodule when there is one, and a lazy name
+    of `edgebert` (`from edgebert import load`, `edgebert.load`) to the module that defines it."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    anchors = {"__name__": name, "__package__": package}
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name, 0) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            base = _absolute(node.module or "", node.level, package)
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
+                if base == "edgebert" and alias.name in LAZY:
+                    sub = LAZY[alias.name]
                 found.append((node.lineno, sub if sub in MODULES else base, node.level))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "edgebert":
+            if node.attr in LAZY:
+                found.append((node.lineno, LAZY[node.attr], 0))
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant) and not node.args[0].value.startswith(".")):
-            found.append((node.lineno, node.args[0].value, 0))
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            target = node.args[0].value
+            level = len(target) - len(target.lstrip("."))
+            anchor = node.args[1] if len(node.args) > 1 else None
+            within = (anchor.value if isinstance(anchor, ast.Constant) else
+                      anchors.get(anchor.id) if isinstance(anchor, ast.Name) else None)
+            if level and within is None:
+                continue  # relative to a package the source does not spell out
+            found.append((node.lineno, _absolute(target[level:], level, within or ""), 0))
     return found
 
 
@@ -100,11 +128,15 @@ def _report(found: list[str], what: str) -> None:
 
 
 def _where(path: Path, line: int) -> str:
-    return f"{path.relative_to(ROOT)}:{line}"
+    return f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{line}"
 
 
-EDGES = {name: [(line, _internal(target), target, level) for line, target, level in _imports(name, path)]
-         for name, path in MODULES.items()}
+def _edges(name: str, path: Path) -> list[tuple[int, str | None, str, int]]:
+    """(line, the package module it lands on or None, imported name, relative level) for each import."""
+    return [(line, _internal(target), target, level) for line, target, level in _imports(name, path)]
+
+
+EDGES = {name: _edges(name, path) for name, path in MODULES.items()}
 
 
 def test_every_module_has_a_floor():
@@ -113,24 +145,44 @@ def test_every_module_has_a_floor():
     _report(missing, "modules without a floor")
 
 
-def test_nothing_imports_upward_or_across_floor_2():
+def _floor_breaches(name: str, path: Path, edges) -> list[str]:
+    """Each import of module `name` (source `path`) that reaches a higher floor, or across floor 2."""
     found = []
-    for name, edges in EDGES.items():
-        mine = _group(name)
-        for line, target, _, _ in edges:
-            theirs = _group(target) if target else None
-            if mine is None or theirs is None or theirs == mine:
-                continue
-            if FLOORS[theirs] > FLOORS[mine]:
-                found.append(f"{_where(MODULES[name], line)}: {name} (floor {FLOORS[mine]}) imports {target} "
-                             f"(floor {FLOORS[theirs]}): upward")
-            elif FLOORS[theirs] == FLOORS[mine] == 2:
-                allowed = NEIGHBOURS[mine]
-                public = not any(part.startswith("_") for part in target.split("."))
-                if not (public and any(target == a or target.startswith(a + ".") for a in allowed)):
-                    found.append(f"{_where(MODULES[name], line)}: {name} imports {target}: floor 2 neighbours "
-                                 f"stay apart ({mine} may import {', '.join(allowed) or 'none of them'})")
+    mine = _group(name)
+    for line, target, _, _ in edges:
+        theirs = _group(target) if target else None
+        if mine is None or theirs is None or theirs == mine:
+            continue
+        if FLOORS[theirs] > FLOORS[mine]:
+            found.append(f"{_where(path, line)}: {name} (floor {FLOORS[mine]}) imports {target} "
+                         f"(floor {FLOORS[theirs]}): upward")
+        elif FLOORS[theirs] == FLOORS[mine] == 2:
+            allowed = NEIGHBOURS[mine]
+            public = not any(part.startswith("_") for part in target.split("."))
+            if not (public and any(target == a or target.startswith(a + ".") for a in allowed)):
+                found.append(f"{_where(path, line)}: {name} imports {target}: floor 2 neighbours "
+                             f"stay apart ({mine} may import {', '.join(allowed) or 'none of them'})")
+    return found
+
+
+def test_nothing_imports_upward_or_across_floor_2():
+    found = [f for name, edges in EDGES.items() for f in _floor_breaches(name, MODULES[name], edges)]
     _report(found, "upward or sideways imports")
+
+
+def test_the_floor_check_sees_lazy_names_and_import_module(tmp_path):
+    """`edgebert.load` is checkpoint's and `edgebert.build` model's (floor 1) however a floor-0 module reaches them."""
+    source = tmp_path / "offender.py"
+    source.write_text("from importlib import import_module\n"
+                      "import edgebert\n"
+                      "from edgebert import EdgebertError, load\n"
+                      "\n"
+                      "\n"
+                      "def later():\n"
+                      "    return edgebert.build, import_module('.checkpoint', 'edgebert'), edgebert.__version__\n")
+    found = _floor_breaches("edgebert.config", source, _edges("edgebert.config", source))
+    assert sorted(f.split(": ")[0] for f in found) == [f"{source}:3", f"{source}:7", f"{source}:7"]
+    assert {f.split(" imports ")[1].split(" ")[0] for f in found} == {"edgebert.checkpoint", "edgebert.model"}
 
 
 def test_no_import_cycles():
@@ -205,7 +257,7 @@ def test_no_bare_top_level_names():
 
 def test_device_tests_imports_only_stdlib_numpy_runtimes_and_itself():
     """The harness folder is copied alone to a board or phone: no torch, no edgebert, relative imports;
-    tokenizers in the --text module only."""
+    tokenizers in the --text module only, and what a runtime needs (`Runtime.needs`) in its class's module only."""
     allowed = set(sys.stdlib_module_names) | RUNTIMES
     found = []
     for name, edges in EDGES.items():
@@ -215,10 +267,61 @@ def test_device_tests_imports_only_stdlib_numpy_runtimes_and_itself():
             inside = target == "edgebert.device_tests" or target.startswith("edgebert.device_tests.")
             if level and not inside:
                 found.append(f"{_where(MODULES[name], line)}: {name} imports {target}, outside the harness")
-            elif not level and target.split(".")[0] not in allowed and (name, target.split(".")[0]) != TEXT:
+            elif (not level and target.split(".")[0] not in allowed | NEEDS.get(name, set())
+                  and (name, target.split(".")[0]) != TEXT):
                 found.append(f"{_where(MODULES[name], line)}: {name} imports {target}: use the stdlib, numpy, "
                              "a runtime, or a relative import of the harness")
     _report(found, "harness imports outside the stdlib, numpy and the runtimes")
+
+
+def _private_reaches(path: Path) -> list[str]:
+    """Each place a script imports or reads a private name (`_x`) of edgebert's packages; names of its own
+    (bench/'s `_measure`) are its business."""
+    tree = ast.parse(path.read_text(), str(path))
+    bound, found = set(), []  # bound: the script's names for edgebert's modules and objects
+
+    def private(dotted: str) -> bool:
+        return any(p.startswith("_") and not p.endswith("__") for p in dotted.split("."))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in (a for a in node.names if a.name.split(".")[0] == "edgebert"):
+                bound.add(alias.asname or "edgebert")
+                if private(alias.name):
+                    found.append(f"{_where(path, node.lineno)}: imports {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "edgebert":
+            for alias in node.names:
+                bound.add(alias.asname or alias.name)
+                if private(f"{node.module}.{alias.name}"):
+                    found.append(f"{_where(path, node.lineno)}: imports {node.module}.{alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound:
+                found.append(f"{_where(path, node.lineno)}: reads {ast.unparse(node)}")
+    return found
+
+
+def test_bench_scripts_use_public_names_only():
+    """bench/ measures edgebert as a user would run it: a private name it needs is one to make public."""
+    _report([f for path in sorted((ROOT / "bench").glob("*.py")) for f in _private_reaches(path)],
+            "private edgebert names used by bench/")
+
+
+def test_the_bench_check_sees_private_names(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text("import edgebert.pipeline.compile\n"
+                      "from edgebert.pipeline import compile as c\n"
+                      "from edgebert.pipeline.compile import _key\n"
+                      "from _measure import helper\n"
+                      "\n"
+                      "edgebert.pipeline.compile._key()\n"
+                      "c._key(helper._own(), edgebert.__version__)\n")
+    found = _private_reaches(script)
+    assert [f.split(": ")[0] for f in found] == [f"{script}:3", f"{script}:6", f"{script}:7"]
+    assert found[0].endswith("imports edgebert.pipeline.compile._key") and found[2].endswith("reads c._key")
 
 
 def test_bench_scripts_do_not_edit_sys_path():

@@ -211,23 +211,42 @@ def test_removing_layers_keeps_the_global_attention_pattern():
     {"num_layers": 3, "layer_heads": [4, 2, 1], "hidden_size": 12, "norm_width": 16, "head_size": 4},  # pruned
 ])
 def test_the_last_layer_for_cls_alone_is_the_cls_row_of_the_whole(layout):
-    """What exported [CLS] heads compute (`first_only`): the [CLS] row of the full last layer, at [B, 1, H],
-    with padding in the batch."""
+    """What exported [CLS] heads compute (`export.graph.ClsOnly`): the [CLS] row of the full last layer, at
+    [B, 1, H], with padding in the batch; the model itself keeps every row."""
+    from edgebert.export.graph import ClsOnly, for_export
+
     torch.manual_seed(0)
-    model = Encoder(EncoderConfig(**{**TINY, **layout})).eval()
+    model = build(EncoderConfig(**{**TINY, **layout}), HeadConfig()).eval()
+    graph = for_export(model)
     ids = torch.randint(1, 60, (2, 9))
     mask = torch.ones_like(ids)
     mask[1, 5:] = 0
     with torch.no_grad():
-        first = model(ids, mask, first_only=True)
-        whole = model(ids, mask)
+        first = graph.encoder(ids, mask)
+        whole = model.encoder(ids, mask)
+        assert torch.allclose(graph(ids, mask), model(ids, mask), atol=1e-6)
     assert first.shape == (2, 1, whole.shape[-1])
     assert torch.allclose(first, whole[:, :1], atol=1e-6)
+    assert isinstance(graph.encoder.encoder.layer[-1], ClsOnly) and not any(isinstance(m, ClsOnly) for m in model.modules())
+    assert graph.classifier.weight is model.classifier.weight  # a copy holding the same weights
 
 
 def test_relative_attention_keeps_every_row_when_asked_for_cls_alone():
-    config = EncoderConfig(**TINY, relative_terms=["c2p", "p2c"], max_relative_positions=8)
-    model = Encoder(config).eval()
+    from edgebert.export.graph import for_export
+
+    model = build(EncoderConfig(**TINY, relative_terms=["c2p", "p2c"], max_relative_positions=8), HeadConfig()).eval()
     ids = torch.randint(1, 60, (1, 7))
     with torch.no_grad():
-        assert torch.equal(model(ids, first_only=True), model(ids))
+        assert torch.equal(for_export(model).encoder(ids), model.encoder(ids))
+
+
+@pytest.mark.parametrize("head", [HeadConfig(pooling="mean"), HeadConfig(kind="token-classification"),
+                                  HeadConfig(kind="embedding", pooling="mean")])
+def test_heads_that_read_every_row_keep_every_row_in_the_exported_graph(head):
+    from edgebert.export.graph import for_export
+
+    model = build(EncoderConfig(**TINY), head).eval()
+    assert not model.reads_cls_alone
+    ids = torch.randint(1, 60, (1, 7))
+    with torch.no_grad():
+        assert torch.equal(for_export(model).encoder(ids), model.encoder(ids))

@@ -148,7 +148,7 @@ def test_tflite_dynamic_with_int4_table(fp32_tflite, data, tmp_path):
 @pytest.mark.parametrize("build, message", [
     (lambda: Int4EmbeddingsConfig(block_size=48), "block_size 48"),
     (lambda: DynamicInt8Config(int8_embeddings=False, int4_embeddings=Int4EmbeddingsConfig()), "int8_embeddings=True"),
-    (lambda: QuantizeStageConfig(embeddings="int2"), "unknown precision"),
+    (lambda: QuantizeStageConfig(embeddings="int2"), "quantize.embeddings: unknown embeddings .int2."),
     (lambda: QuantizeStageConfig(embeddings="int4", onnx="qat"), "does not apply to onnx = 'qat'"),
 ])
 def test_bad_int4_options(build, message):

@@ -178,6 +178,20 @@ def test_compile_reads_compare_results_only_for_its_own_bundle(tmp_path):
     assert compiler._baselines(tmp_path, dest)["rows"][1]["id"] == "optimum-o2-int8"
 
 
+def test_compile_reads_the_repositorys_compare_results_wherever_it_runs(tmp_path, monkeypatch):
+    import json
+
+    dest, out = tmp_path / "bundle", tmp_path / "out"
+    here = tmp_path / "cwd" / "bench" / "results"
+    here.mkdir(parents=True)
+    (here / "compare.json").write_text(json.dumps({**COMPARE, "inputs": {"bundle": str(dest)}}))
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setattr(compiler, "COMPARE", tmp_path / "repository" / "compare.json")
+    assert compiler._baselines(out, dest) is None  # the current directory's bench/ is not the project's
+    monkeypatch.setattr(compiler, "COMPARE", here / "compare.json")
+    assert compiler._baselines(out, dest)["rows"][1]["id"] == "optimum-o2-int8"
+
+
 def test_report_bytes_depend_only_on_the_record(bundle):
     record = read_bundle(bundle)
     assert render(record, record["pareto"]) == render(record, record["pareto"])

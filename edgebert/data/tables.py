@@ -10,13 +10,14 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 from ..config import Config
 from ..device_tests.files import sha256
 from ..errors import EdgebertError
 from ..tokenizer import _first_line
 from .readers import _BadRow, _label, _Rows, _text, nonempty, read_text
-from .tasks import KINDS, Example, Split, Task
+from .tasks import Example, Split, Task
 
 SUFFIXES = (".csv", ".tsv", ".jsonl")
 
@@ -185,6 +186,8 @@ class DataConfig(Config):
     the text, the pair and the label, and where the dev split comes from. Relative paths start from the
     folder `edgebert compile` runs in."""
 
+    table = "data"
+
     train: str | None = None  # a .csv, .tsv or .jsonl file; with `dataset`, a split name (default "train")
     dev: str | None = None  # the same for the dev split; absent: `dev_fraction` of train, carved with the seed
     dataset: str | None = None  # a Hugging Face `datasets` name (needs `datasets` and the network)
@@ -193,7 +196,8 @@ class DataConfig(Config):
     text: str = "text"  # column of the (first) text
     pair: str | None = None  # column of the second text, for pair tasks
     label: str = "label"  # column of the label: a class name, an int, or a score for regression
-    kind: str | None = None  # classification | pair-classification | regression; absent: from the labels
+    # absent: from the labels (token tasks read CoNLL files: task = "conll2003")
+    kind: Literal["classification", "pair-classification", "regression"] | None = None
     dev_fraction: float = 0.1  # share of train carved out as dev when `dev` is absent
 
     def __post_init__(self):
@@ -206,9 +210,6 @@ class DataConfig(Config):
                 if value and Path(value).suffix not in SUFFIXES:
                     raise EdgebertError(f"data.{key}: {value} is not a .csv, .tsv or .jsonl file; convert it, "
                                         "or name an online dataset with data.dataset")
-        if self.kind is not None and self.kind not in KINDS[:3]:
-            raise EdgebertError(f"data.kind: unknown kind {self.kind!r}; use one of {', '.join(KINDS[:3])} "
-                                "(token tasks read CoNLL files: task = \"conll2003\")")
         if not 0 < self.dev_fraction < 1:
             raise EdgebertError(f"data.dev_fraction: expected a fraction between 0 and 1, got {self.dev_fraction}")
 

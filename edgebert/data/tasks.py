@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from ..device_tests.metrics import IGNORE  # noqa: F401  (label of positions the loss and metrics skip)
 from ..errors import EdgebertError
+from ..registry import Registry
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 KINDS = ("classification", "pair-classification", "regression", "token-classification", "embedding")
@@ -36,45 +37,25 @@ class Task:
             raise EdgebertError(f"task {self.name}: unknown kind {self.kind!r}; use one of {KINDS}")
 
 
-TASKS = {
-    "sst2": Task(
-        "sst2",
-        "classification",
-        ("negative", "positive"),
-        "accuracy",
-        {"train": "sst2/train.tsv", "dev": "sst2/dev.tsv"},
-    ),
-    "mrpc": Task(
-        "mrpc",
-        "pair-classification",
-        ("not_equivalent", "equivalent"),
-        "f1",
-        {"train": "mrpc/train.tsv", "dev": "mrpc/dev.tsv", "test": "mrpc/msr_paraphrase_test.txt"},
-    ),
-    "stsb": Task(
-        "stsb",
-        "regression",
-        (),
-        "pearson",
-        {"train": "stsb/train.tsv", "dev": "stsb/dev.tsv", "test": "stsb/sts-test.tsv"},
-    ),
-    "conll2003": Task(
-        "conll2003",
-        "token-classification",
-        CONLL_TAGS,
-        "entity_f1",
-        {"train": "conll2003/train.txt", "dev": "conll2003/dev.txt", "test": "conll2003/test.txt"},
-    ),
-    # Sentence embeddings, trained on STS-B's sentences as unlabeled text (distillation needs no labels)
-    # and scored by the Spearman correlation of cosine similarity with the dev pairs' gold scores.
-    "stsb-embedding": Task(
-        "stsb-embedding",
-        "embedding",
-        (),
-        "cosine_spearman",
-        {"train": "stsb/train.tsv", "dev": "stsb/dev.tsv", "test": "stsb/sts-test.tsv"},
-    ),
-}
+TASKS: Registry[Task] = Registry("task")
+
+
+def register(task: Task) -> Task:
+    return TASKS.register(task.name, task)
+
+
+register(Task("sst2", "classification", ("negative", "positive"), "accuracy",
+              {"train": "sst2/train.tsv", "dev": "sst2/dev.tsv"}))
+register(Task("mrpc", "pair-classification", ("not_equivalent", "equivalent"), "f1",
+              {"train": "mrpc/train.tsv", "dev": "mrpc/dev.tsv", "test": "mrpc/msr_paraphrase_test.txt"}))
+register(Task("stsb", "regression", (), "pearson",
+              {"train": "stsb/train.tsv", "dev": "stsb/dev.tsv", "test": "stsb/sts-test.tsv"}))
+register(Task("conll2003", "token-classification", CONLL_TAGS, "entity_f1",
+              {"train": "conll2003/train.txt", "dev": "conll2003/dev.txt", "test": "conll2003/test.txt"}))
+# Sentence embeddings, trained on STS-B's sentences as unlabeled text (distillation needs no labels)
+# and scored by the Spearman correlation of cosine similarity with the dev pairs' gold scores.
+register(Task("stsb-embedding", "embedding", (), "cosine_spearman",
+              {"train": "stsb/train.tsv", "dev": "stsb/dev.tsv", "test": "stsb/sts-test.tsv"}))
 
 
 class Example(NamedTuple):
@@ -109,9 +90,9 @@ def data_root(path: str | Path | None = None) -> Path:
 def get_task(task: str | Task) -> Task:
     if isinstance(task, Task):
         return task
-    if task not in TASKS:
+    if task not in TASKS:  # the registry's list, and the other way in: the user's own files
         raise EdgebertError(
             f"unknown task {task!r}; use one of {', '.join(TASKS)}, or your own data: a .csv/.tsv/.jsonl "
             "file (task = \"data/train.csv\", a [data] table in a recipe, load_table in Python)"
         )
-    return TASKS[task]
+    return TASKS.get(task)

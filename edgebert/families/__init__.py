@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from ..errors import EdgebertError
 from ..model import EncoderConfig
+from ..registry import Registry
 
 # Hugging Face activation names → model.ACTIVATIONS, and back.
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -58,43 +59,29 @@ class Family:
     tolerance: float = 1e-6  # parity: max |ours − transformers'| on hidden states of a random tiny model
 
 
-_FAMILIES: dict[str, Family] = {}
-_loaded = False
+def _import_families() -> None:
+    """Every module of this package registers its family: they are found, not listed."""
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        importlib.import_module(f"{__name__}.{module}")
 
 
-def _families() -> dict[str, Family]:
-    """The registry, after importing each family module once (they are found, not listed)."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-            importlib.import_module(f"{__name__}.{module}")
-    return _FAMILIES
+FAMILIES: Registry[Family] = Registry("model family", load=_import_families)
+get = FAMILIES.get  # the family an EncoderConfig names
+names = FAMILIES.names
 
 
 def register(family: Family) -> Family:
-    """Add a family; a name or model_type already taken is refused."""
-    families = _families()
-    taken = {t for f in families.values() for t in f.model_types}
-    clash = sorted(taken & set(family.model_types))
-    if family.name in families or clash:
-        raise EdgebertError(f"family {family.name!r} clashes with a registered one ({clash or family.name}): "
+    """Add a family; a model_type another family already reads is refused too."""
+    clash = sorted({t for f in FAMILIES.values() for t in f.model_types} & set(family.model_types))
+    if clash:
+        raise EdgebertError(f"family {family.name!r} clashes with a registered one (model_type {clash}): "
                             "pick new names")
-    families[family.name] = family
-    return family
-
-
-def get(name: str) -> Family:
-    """The family an EncoderConfig names."""
-    families = _families()
-    if name not in families:
-        raise EdgebertError(f"unknown model family {name!r}: edgebert has {', '.join(families)}")
-    return families[name]
+    return FAMILIES.register(family.name, family)
 
 
 def lookup(model_type: str) -> Family | None:
     """The family that reads config.json's `model_type`, or None."""
-    return next((f for f in _families().values() if model_type in f.model_types), None)
+    return next((f for f in FAMILIES.values() if model_type in f.model_types), None)
 
 
 def for_hf(config: dict, where: str = "config.json") -> Family:
@@ -102,14 +89,10 @@ def for_hf(config: dict, where: str = "config.json") -> Family:
     model_type = config.get("model_type", "")
     family = lookup(model_type)
     if family is None:
-        supported = ", ".join(t for f in _families().values() for t in f.model_types)
+        supported = ", ".join(t for f in FAMILIES.values() for t in f.model_types)
         raise EdgebertError(f"{where}: unsupported architecture {model_type!r}; edgebert loads {supported} "
                             "(MiniLM uses the bert layout)")
     return family
-
-
-def names() -> list[str]:
-    return list(_families())
 
 
 def activation(config: dict, key: str = "hidden_act") -> str:

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -45,7 +44,7 @@ from .losses import attention_kl, output_loss, soft_loss, value_relation_kl
 from .pretrain import mlm_accuracy, mlm_collate
 from .student import init_student, resolve_layer_map
 from .teacher import TeacherCache
-from .train import (Objective, Result, TrainConfig, fingerprint, measure, rank_world, reported, task_evaluator,
+from .train import (Objective, Result, Runtime, TrainConfig, fingerprint, measure, reported, task_evaluator,
                     train)
 
 
@@ -212,12 +211,12 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
     if not online:
         root = Path(config.cache_dir) if config.cache_dir else Path(work_dir or ".") / "teacher-cache"
         hidden = sorted({layer_map[s] for s in layer_map}) if config.hidden_weight else []
-        rank, world = rank_world()
-        if rank != 0:  # under torchrun, rank 0 computes the cache and the others read it
-            dist.barrier()
-        cache = TeacherCache.build(teacher, train_data, hidden, root, progress=config.train.progress and rank == 0)
-        if world > 1 and rank == 0:
-            dist.barrier()
+        runtime = Runtime.current()
+        if not runtime.main:  # under torchrun, rank 0 computes the cache and the others read it
+            runtime.barrier()
+        cache = TeacherCache.build(teacher, train_data, hidden, root, progress=config.train.progress and runtime.main)
+        if runtime.main:
+            runtime.barrier()
     objective = DistillObjective(student, teacher, config, layer_map, cache)
     collate_fn = None
     if mlm:

@@ -29,6 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -44,7 +45,7 @@ from .distill import DistillConfig, distill
 from .finetune import check_task_model, task_loss
 from .int4 import BLOCK_SIZES, int4_grid
 from .surgery import check_unshared, layer_choice, remove_heads, remove_hidden, remove_layers, remove_neurons
-from .train import Result, TrainConfig, collate, lengths_of, measure, seed_all, task_evaluator
+from .train import Record, Result, TrainConfig, collate, lengths_of, measure, seed_all, task_evaluator
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +68,7 @@ class PruneConfig(Config):
     unstructured: float = 0.0  # fraction of encoder weights zeroed by magnitude at the end (size only)
     recovery: DistillConfig | None = field(
         default_factory=lambda: DistillConfig(train=TrainConfig(steps=500, lr=1e-4, eval_every=250)))
-    recover_from: str = "unpruned"  # recovery's teacher: a copy of the unpruned model, or "teacher" (given: teacher=)
+    recover_from: Literal["unpruned", "teacher"] = "unpruned"  # recovery's teacher: a copy of the unpruned model, or "teacher" (given: teacher=)
     int4_words: int | None = None  # INT4 block size: the frozen word table moves onto that grid before recovery
     seed: int = 42
     # the compile prunes this many times, with seeds seed, seed + 1, ... (the importance sample, the recovery's
@@ -86,8 +87,6 @@ class PruneConfig(Config):
             raise EdgebertError(f"PruneConfig.rounds must be at least 1, got {self.rounds}")
         if self.tries < 1:
             raise EdgebertError(f"PruneConfig.tries must be at least 1, got {self.tries}")
-        if self.recover_from not in ("unpruned", "teacher"):
-            raise EdgebertError(f"PruneConfig.recover_from {self.recover_from!r}: use 'unpruned' or 'teacher'")
         if self.int4_words is not None:
             if self.int4_words not in BLOCK_SIZES:
                 raise EdgebertError(f"PruneConfig.int4_words {self.int4_words}: use one of {BLOCK_SIZES}, the INT4 "
@@ -292,10 +291,7 @@ def _shape(model: nn.Module) -> dict:
             "ffn": [c.ffn(i) for i in range(c.num_layers)]}
 
 
-def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.Module | None = None,
-          work_dir: str | Path | None = None) -> Result:
-    """Prune `model` (in place) by importance on `data.train`, recovering by distillation from
-    `teacher` (default: a copy of the unpruned model; required with `recover_from = "teacher"`) after each round."""
+def _check(model: nn.Module, config: PruneConfig, teacher: nn.Module | None) -> None:
     if config.recovery is not None and config.recovery.makes_student:
         raise EdgebertError("PruneConfig.recovery distils the pruned model itself: leave its layers/keep_layers/"
                             "heads/ffn unset")
@@ -307,15 +303,66 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
     if config.recover_from == "teacher" and teacher is None:
         raise EdgebertError("PruneConfig.recover_from = 'teacher' distils from the model the student was distilled "
                             "from: pass teacher= (a compile passes its distill stage's teacher)")
+
+
+def _cut(model: nn.Module, scores: Importance, config: PruneConfig, share: float, start: dict, original: dict,
+         fractions: dict) -> dict:
+    """Remove, by `scores`, what brings `model` to `share` of the way from its `start` shape to the pruned one:
+    layers, then heads and FFN neurons (`fractions` of each), then hidden units. Returns `original`, the
+    starting heads and neurons, of the layers that survive."""
+    drop_layers = round(config.layers * share) - (start["layers"] - encoder_of(model).config.num_layers)
+    if drop_layers > 0:
+        now = encoder_of(model).config
+        keep = layer_choice(now, now.num_layers - drop_layers, lambda j, i: float(scores.layers[i]))
+        remove_layers(model, [i for i in range(now.num_layers) if i not in keep])
+        scores = Importance([scores.heads[i] for i in keep], [scores.neurons[i] for i in keep], scores.layers[keep],
+                            scores.hidden)
+        original = {k: [v[i] for i in keep] for k, v in original.items()}
+    shape = _shape(model)
+    plan = {}
+    for kind, fraction in fractions.items():
+        if config.per_layer:  # each layer loses the same share of its original width
+            plan[kind] = [now - (orig - round(fraction * share * orig))
+                          for now, orig in zip(shape[kind], original[kind])]
+        else:
+            plan[kind] = round(fraction * share * sum(start[kind])) - (sum(start[kind]) - sum(shape[kind]))
+    if config.per_layer or plan["heads"] > 0:
+        remove_heads(model, choose(scores.heads, plan["heads"]))
+    if config.per_layer or plan["ffn"] > 0:
+        remove_neurons(model, choose(scores.neurons, plan["ffn"]))
+    narrow = round(config.width * share * start["hidden"]) - (start["hidden"] - shape["hidden"])
+    if narrow > 0:
+        remove_hidden(model, torch.argsort(scores.hidden, stable=True)[:narrow].tolist())
+    return original
+
+
+def _details(before: Record, start: dict, model: nn.Module, rounds: list[dict], fractions: dict,
+             sparsity: float) -> dict:
+    details = {"before": {"params": before.params, "bytes": before.bytes, "flops_128": before.flops_128, **start},
+               "after": _shape(model), "rounds": rounds, "head_fraction": fractions["heads"],
+               "ffn_fraction": fractions["ffn"],
+               **({"validation": rounds[-1]["validation"]} if rounds and "validation" in rounds[-1] else {})}
+    if sparsity:
+        details["unstructured_sparsity"] = sparsity
+        details["note"] = ("unstructured zeros shrink a compressed file only; dense kernels run them at full cost, "
+                           "so FLOPs and latency are unchanged")
+    return details
+
+
+def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.Module | None = None,
+          work_dir: str | Path | None = None) -> Result:
+    """Prune `model` (in place) by importance on `data.train`, recovering by distillation from
+    `teacher` (default: a copy of the unpruned model; required with `recover_from = "teacher"`) after each round."""
+    _check(model, config, teacher)
     seed_all(config.seed)
     teacher = teacher if teacher is not None else copy.deepcopy(model).eval()
     before = measure("before", model)
     start_shape = _shape(model)
     work = Path(work_dir) if work_dir is not None else None
     if config.params is not None or config.flops is not None:
-        head_fraction = ffn_fraction = budget_fraction(model, config)
+        fractions = dict.fromkeys(("heads", "ffn"), budget_fraction(model, config))
     else:
-        head_fraction, ffn_fraction = config.heads, config.ffn
+        fractions = {"heads": config.heads, "ffn": config.ffn}
     original = {"heads": list(start_shape["heads"]), "ffn": list(start_shape["ffn"])}  # of the surviving layers
     metrics, wall, steps, rounds = {}, 0.0, 0, []
     recovery = config.recovery
@@ -330,37 +377,16 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
             wall, steps = wall + saved["wall_s"], steps + saved["steps"]
             rounds.append(saved["round"])
             continue
-        share = r / config.rounds
         scores = importance(model, data.train, batches=config.sample_batches, batch_size=config.batch_size,
                             seed=config.seed + r)
-        drop_layers = round(config.layers * share) - (start_shape["layers"] - encoder_of(model).config.num_layers)
-        if drop_layers > 0:
-            now = encoder_of(model).config
-            keep = layer_choice(now, now.num_layers - drop_layers, lambda j, i: float(scores.layers[i]))
-            remove_layers(model, [i for i in range(now.num_layers) if i not in keep])
-            scores = Importance([scores.heads[i] for i in keep], [scores.neurons[i] for i in keep], scores.layers[keep],
-                                scores.hidden)
-            original = {k: [v[i] for i in keep] for k, v in original.items()}
-        shape = _shape(model)
-        plan = {}
-        for kind, fraction in (("heads", head_fraction), ("ffn", ffn_fraction)):
-            if config.per_layer:  # each layer loses the same share of its original width
-                plan[kind] = [now - (orig - round(fraction * share * orig)) for now, orig in zip(shape[kind], original[kind])]
-            else:
-                plan[kind] = round(fraction * share * sum(start_shape[kind])) - (sum(start_shape[kind]) - sum(shape[kind]))
-        if config.per_layer or plan["heads"] > 0:
-            remove_heads(model, choose(scores.heads, plan["heads"]))
-        if config.per_layer or plan["ffn"] > 0:
-            remove_neurons(model, choose(scores.neurons, plan["ffn"]))
-        narrow = round(config.width * share * start_shape["hidden"]) - (start_shape["hidden"] - shape["hidden"])
-        if narrow > 0:
-            remove_hidden(model, torch.argsort(scores.hidden, stable=True)[:narrow].tolist())
+        original = _cut(model, scores, config, r / config.rounds, start_shape, original, fractions)
         if config.int4_words is not None:
             word = embeddings(model).word
             word.weight.data = int4_grid(word.weight, config.int4_words)
         round_wall, round_steps, chosen = 0.0, 0, {}
         if config.recovery is not None and config.recovery.train.steps:
-            rec = distill(model, recovery, data, teacher=teacher, work_dir=folder / "recovery" if folder else None).record
+            rec = distill(model, recovery, data, teacher=teacher,
+                          work_dir=folder / "recovery" if folder else None).record
             metrics, round_wall, round_steps = rec.metrics, rec.wall_s, rec.steps
             chosen = {"validation": rec.details["validation"]} if "validation" in rec.details else {}
         wall, steps = wall + round_wall, steps + round_steps
@@ -373,12 +399,5 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
     evaluator, _ = task_evaluator(model, data.eval)
     if evaluator is not None and (sparsity or not metrics):
         metrics = evaluator(model)
-    details = {"before": {"params": before.params, "bytes": before.bytes, "flops_128": before.flops_128,
-                          **start_shape},
-               "after": _shape(model), "rounds": rounds, "head_fraction": head_fraction, "ffn_fraction": ffn_fraction,
-               **({"validation": rounds[-1]["validation"]} if rounds and "validation" in rounds[-1] else {})}
-    if sparsity:
-        details["unstructured_sparsity"] = sparsity
-        details["note"] = ("unstructured zeros shrink a compressed file only; dense kernels run them at full cost, "
-                           "so FLOPs and latency are unchanged")
+    details = _details(before, start_shape, model, rounds, fractions, sparsity)
     return Result(model, measure("prune", model, metrics=metrics, wall_s=wall, steps=steps, details=details))

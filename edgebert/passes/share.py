@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 import torch
 from torch import nn
@@ -25,7 +26,8 @@ from .distill import DistillConfig, distill
 from .surgery import set_config
 from .train import Result, TrainConfig, measure, task_evaluator
 
-PARTS = ("all", "attention", "ffn")
+Parts = Literal["all", "attention", "ffn"]
+PARTS = get_args(Parts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,18 +35,17 @@ class ShareConfig(Config):
     """Sharing in groups of `group_size` adjacent layers (0 = one group of all layers)."""
 
     group_size: int = 2
-    parts: str = "all"  # all | attention | ffn | none
-    init: str | int = "mean"  # "mean", a member's position in its group (0 = first), or "best" (needs eval data)
+    parts: Parts | Literal["none"] = "all"
+    # "mean", a member's position in its group (0 = first), or "best" (needs eval data)
+    init: Literal["mean", "best"] | int = "mean"
     embedding_size: int | None = None  # factorize the token table to E < hidden_size
     recovery: DistillConfig | None = field(
         default_factory=lambda: DistillConfig(train=TrainConfig(steps=1000, lr=1e-4, eval_every=250)))
 
     def __post_init__(self):
-        if self.parts not in (*PARTS, "none"):
-            raise EdgebertError(f"ShareConfig.parts must be one of {[*PARTS, 'none']}, got {self.parts!r}")
         if self.group_size < 0:
             raise EdgebertError(f"ShareConfig.group_size must be ≥ 0 (0 = all layers), got {self.group_size}")
-        if not (self.init in ("mean", "best") or (isinstance(self.init, int) and self.init >= 0)):
+        if isinstance(self.init, int) and self.init < 0:
             raise EdgebertError(f"ShareConfig.init must be 'mean', 'best' or a member index, got {self.init!r}")
         if self.recovery is not None and self.recovery.makes_student:
             raise EdgebertError("ShareConfig.recovery distils the shared model itself: leave its layers/keep_layers/"

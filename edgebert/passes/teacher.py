@@ -3,7 +3,6 @@ so every student epoch costs only the student."""
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -15,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import EdgebertError
+from ..errors import EdgebertError, disk_full
 from ..model import TaskModel, describe, encoder_of
 from .capture import capture
 from .train import collate
@@ -82,7 +81,7 @@ class TeacherCache:
             shutil.rmtree(tmp, ignore_errors=True)
             if (folder / "meta.json").exists():  # another process finished the same cache first
                 return cls(folder)
-            if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            if disk_full(e, root):
                 raise EdgebertError(f"disk full writing the teacher cache under {root}: free space, then run "
                                     "again (a compile: with --resume)") from None
             raise

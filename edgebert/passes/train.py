@@ -220,12 +220,50 @@ class TrainResult:
     wall_s: float
 
 
-def rank_world() -> tuple[int, int]:
-    """(rank, world size); joins the process group (gloo) when launched by torchrun."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("gloo")
-    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+@dataclass(frozen=True)
+class Runtime:
+    """Where the loop runs: this process's rank among `world` (torchrun), its device and the precision of
+    the forward pass. The loop asks this object for each of them, so running elsewhere (another device,
+    autocast) is a change here only."""
+
+    rank: int = 0
+    world: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @classmethod
+    def current(cls) -> "Runtime":
+        """This process's: it joins the process group (gloo) when launched by torchrun."""
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+            dist.init_process_group("gloo")
+        return cls(dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else cls()
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the process that writes files and shows progress."""
+        return self.rank == 0
+
+    def shard(self, indices: list[int]) -> list[int]:
+        """This rank's share of a global batch."""
+        return indices[self.rank::self.world]
+
+    def wrap(self, objective: nn.Module) -> nn.Module:
+        """What the loop calls: the objective, under DistributedDataParallel across ranks."""
+        return nn.parallel.DistributedDataParallel(objective) if self.world > 1 else objective
+
+    def loss(self, runner: nn.Module, batch: dict) -> torch.Tensor:
+        """One batch's loss, in float32 on the CPU (where a device transfer and autocast belong)."""
+        return runner(batch)
+
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        """The mean of `value` over the ranks."""
+        if self.world > 1:
+            dist.all_reduce(value)
+            value /= self.world
+        return value
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
 
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
@@ -281,6 +319,119 @@ def _atomic_torch_save(obj, path: Path) -> None:
         torch.save(obj, tmp)
 
 
+class _Run:
+    """One call's training state: the optimizer and its schedule, the weights' moving average, the loss
+    history and the best model so far; saved to `work` so a killed run resumes where it stopped."""
+
+    def __init__(self, objective: Objective, config: TrainConfig, runtime: Runtime, work: Path | None, key: str):
+        self.objective, self.config, self.runtime, self.work, self.key = objective, config, runtime, work, key
+        self.optimizer = torch.optim.AdamW(param_groups(objective, config.weight_decay), lr=config.lr)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _schedule(config))
+        # an exponential moving average of the weights (Polyak averaging) wanders less than the last step's
+        self.average = (AveragedModel(objective.model, multi_avg_fn=get_ema_multi_avg_fn(config.ema))
+                        if config.ema else None)
+        self.scored = self.average.module if self.average is not None else objective.model  # evaluated, kept, returned
+        self.step, self.history, self.best, self.best_metrics, self.spent = 0, [], -math.inf, {}, 0.0
+        self.best_state = None  # the best weights, in memory when there is no work dir
+        self.started = time.time()
+
+    @property
+    def state_file(self) -> Path | None:
+        return self.work / "state.pt" if self.work is not None else None
+
+    def resume(self) -> None:
+        """Continue from the state file, if the work dir has one of a run with the same key."""
+        if self.state_file is None or not self.state_file.exists():
+            return
+        try:
+            state = torch.load(self.state_file, map_location=self.runtime.device, weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as e:  # truncated or foreign file
+            raise EdgebertError(f"{self.state_file} cannot be read ({type(e).__name__}): delete it to start over") \
+                from None
+        if state["key"] != self.key:
+            raise EdgebertError(f"{self.work} holds a run with other options or data: delete it or pass another "
+                                "work_dir")
+        self.objective.load_state_dict(state["objective"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.average is not None:
+            self.average.load_state_dict(state["average"])
+        _set_rng_state(state["rng"])
+        self.step, self.history, self.best = state["step"], state["history"], state["best"]
+        self.best_metrics, self.spent = state["best_metrics"], state["wall_s"]
+
+    def save(self, step: int) -> None:
+        if self.state_file is None or not self.runtime.main:
+            return
+        self.work.mkdir(parents=True, exist_ok=True)
+        average = {"average": self.average.state_dict()} if self.average is not None else {}
+        _atomic_torch_save({"key": self.key, "objective": self.objective.state_dict(),
+                            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                            "rng": _rng_state(), "step": step, **average, "history": self.history, "best": self.best,
+                            "best_metrics": self.best_metrics, "wall_s": self.wall_s()}, self.state_file)
+
+    def wall_s(self) -> float:
+        return self.spent + time.time() - self.started
+
+    def update(self, runner: nn.Module, batch: dict) -> float:
+        """One optimizer step on `batch`; the loss, averaged over the ranks."""
+        loss = self.runtime.loss(runner, batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.clip:
+            torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
+                                           self.config.clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        if self.average is not None:
+            self.average.update_parameters(self.objective.model)
+        return float(self.runtime.mean(loss.detach()))
+
+    def evaluate(self, evaluator: Callable[[nn.Module], dict], metric: str) -> dict:
+        """The scored model's metrics, keeping it when it is the best so far."""
+        metrics = evaluator(self.scored)
+        if metrics[metric] > self.best:
+            self.best, self.best_metrics = metrics[metric], metrics
+            if self.work is None:
+                self.best_state = {k: v.clone() for k, v in self.scored.state_dict().items()}
+            elif self.runtime.main:
+                checkpoint.save(self.scored, self.work / "best")
+        return metrics
+
+    def final(self, evaluated: bool) -> nn.Module:
+        """The model, holding the weights to return: the best kept, else the average, else the last."""
+        model = self.objective.model
+        if self.best_state is not None:
+            model.load_state_dict(self.best_state)
+        elif evaluated and self.work is not None and (self.work / "best").exists():
+            model.load_state_dict(checkpoint.load(self.work / "best").state_dict())
+        elif self.average is not None:
+            model.load_state_dict(self.scored.state_dict())
+        return model
+
+
+def _batches(sampler: BucketBatchSampler, start: int, steps: int, runtime: Runtime):
+    """(step, this rank's example indices) for the steps from `start`; the sampler reshuffles each epoch."""
+    per_epoch, batches, epoch_of_batches = len(sampler), None, -1
+    for step in range(start, steps):
+        epoch, position = divmod(step, per_epoch)
+        if epoch != epoch_of_batches:
+            sampler.set_epoch(epoch)
+            batches, epoch_of_batches = list(sampler), epoch
+        yield step, runtime.shard(batches[position])
+
+
+def _check(config: TrainConfig, dataset: Sequence, runtime: Runtime, evaluator, metric) -> None:
+    if config.batch_size % runtime.world:
+        raise EdgebertError(f"batch_size {config.batch_size} is not divisible by the {runtime.world} processes: "
+                            "use a multiple of the world size")
+    if len(dataset) < config.batch_size:
+        raise EdgebertError(f"{len(dataset)} training examples are fewer than one batch of {config.batch_size}: "
+                            "lower batch_size or add data")
+    if evaluator is not None and metric is None:
+        raise EdgebertError("train(evaluator=...) needs the metric name to select the best model by")
+
+
 def train(
     objective: Objective,
     dataset: Sequence,
@@ -303,126 +454,45 @@ def train(
     dir holding a run with another key is refused rather than silently mixed. `name` labels the
     progress bar.
     """
-    rank, world = rank_world()
-    if config.batch_size % world:
-        raise EdgebertError(f"batch_size {config.batch_size} is not divisible by the {world} processes: "
-                            "use a multiple of the world size")
+    runtime = Runtime.current()
+    _check(config, dataset, runtime, evaluator, metric)
     model = objective.model
-    if len(dataset) < config.batch_size:
-        raise EdgebertError(f"{len(dataset)} training examples are fewer than one batch of {config.batch_size}: "
-                            "lower batch_size or add data")
     if config.freeze_word_embeddings:
         embeddings(model).word.weight.requires_grad_(False)
     if collate_fn is None:
         def collate_fn(items, indices, step):
             return collate(model, items, indices)
-    if evaluator is not None and metric is None:
-        raise EdgebertError("train(evaluator=...) needs the metric name to select the best model by")
     seed_all(config.seed)
-
-    optimizer = torch.optim.AdamW(param_groups(objective, config.weight_decay), lr=config.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(config))
-    # an exponential moving average of the weights (Polyak averaging) wanders less than the last step's
-    average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema)) if config.ema else None
-    scored = average.module if average is not None else model  # what is evaluated, kept and returned
+    run = _Run(objective, config, runtime, Path(work_dir) if work_dir is not None else None,
+               fingerprint(key, config.key(), len(dataset), runtime.world))
     sampler = BucketBatchSampler(lengths_of(dataset), config.batch_size, seed=config.seed,
                                  chunk_batches=config.chunk_batches, drop_last=True)
-    per_epoch = len(sampler)
+    run.resume()
 
-    run_key = fingerprint(key, config.key(), len(dataset), world)
-    work = Path(work_dir) if work_dir is not None else None
-    state_file = work / "state.pt" if work else None
-    start, history, best, best_metrics, spent = 0, [], -math.inf, {}, 0.0
-    if state_file is not None and state_file.exists():
-        try:
-            state = torch.load(state_file, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as e:  # truncated or foreign file
-            raise EdgebertError(f"{state_file} cannot be read ({type(e).__name__}): delete it to start over") from None
-        if state["key"] != run_key:
-            raise EdgebertError(f"{work} holds a run with other options or data: delete it or pass another work_dir")
-        objective.load_state_dict(state["objective"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if average is not None:
-            average.load_state_dict(state["average"])
-        _set_rng_state(state["rng"])
-        start, history, best, best_metrics = state["step"], state["history"], state["best"], state["best_metrics"]
-        spent = state["wall_s"]
-
-    def save_state(step: int) -> None:
-        if state_file is None or rank != 0:
-            return
-        work.mkdir(parents=True, exist_ok=True)
-        _atomic_torch_save({"key": run_key, "objective": objective.state_dict(), "optimizer": optimizer.state_dict(),
-                            "scheduler": scheduler.state_dict(), "rng": _rng_state(), "step": step,
-                            **({"average": average.state_dict()} if average is not None else {}),
-                            "history": history, "best": best, "best_metrics": best_metrics,
-                            "wall_s": spent + time.time() - t0}, state_file)
-
-    best_state = None  # the best weights, in memory when there is no work dir
-
-    def evaluate_now() -> dict:
-        nonlocal best, best_metrics, best_state
-        metrics = evaluator(scored)
-        if metrics[metric] > best:
-            best, best_metrics = metrics[metric], metrics
-            if work is None:
-                best_state = {k: v.clone() for k, v in scored.state_dict().items()}
-            elif rank == 0:
-                checkpoint.save(scored, work / "best")
-        return metrics
-
-    runner = objective
-    if world > 1:
-        runner = nn.parallel.DistributedDataParallel(objective)
-    t0 = time.time()
+    runner = runtime.wrap(objective)
+    run.started = time.time()
     objective.train()
     # disable=None: a bar only on a terminal, so logs and CI output hold no \r frames
-    bar = tqdm(total=config.steps, initial=start, disable=None if config.progress and rank == 0 else True, desc=name,
-               dynamic_ncols=True)
-    epoch_batches, epoch_of_batches, running, count = None, -1, 0.0, 0
-    for step in range(start, config.steps):
-        epoch, position = divmod(step, per_epoch)
-        if epoch != epoch_of_batches:
-            sampler.set_epoch(epoch)
-            epoch_batches, epoch_of_batches = list(sampler), epoch
-        indices = epoch_batches[position][rank::world]
-        batch = collate_fn([dataset[i] for i in indices], indices, step)
-        loss = runner(batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.clip:
-            torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], config.clip)
-        optimizer.step()
-        scheduler.step()
-        if average is not None:
-            average.update_parameters(model)
-        value = loss.detach()
-        if world > 1:
-            dist.all_reduce(value)
-            value /= world
-        running, count = running + float(value), count + 1
+    bar = tqdm(total=config.steps, initial=run.step, disable=None if config.progress and runtime.main else True,
+               desc=name, dynamic_ncols=True)
+    running, count = 0.0, 0
+    for step, indices in _batches(sampler, run.step, config.steps, runtime):
+        value = run.update(runner, collate_fn([dataset[i] for i in indices], indices, step))
+        running, count = running + value, count + 1
         bar.update(1)
-        bar.set_postfix(loss=f"{float(value):.4f}")
+        bar.set_postfix(loss=f"{value:.4f}")
         done = step + 1
         if done == config.steps or (config.eval_every and done % config.eval_every == 0):
-            metrics = evaluate_now() if evaluator is not None else None
-            history.append([done, running / max(count, 1), metrics])
+            metrics = run.evaluate(evaluator, metric) if evaluator is not None else None
+            run.history.append([done, running / max(count, 1), metrics])
             running, count = 0.0, 0
-            if metrics is not None and config.progress and rank == 0:
-                bar.write(f"step {done}: loss {history[-1][1]:.4f} {metric} {points(metrics[metric]):.2f}",
+            if metrics is not None and config.progress and runtime.main:
+                bar.write(f"step {done}: loss {run.history[-1][1]:.4f} {metric} {points(metrics[metric]):.2f}",
                           file=sys.stderr)
         if done % config.save_every == 0 or done == config.steps:
-            save_state(done)
+            run.save(done)
     bar.close()
-    wall = spent + time.time() - t0
+    wall = run.wall_s()
     objective.eval()
-    if world > 1:
-        dist.barrier()  # rank 0 has written `best` before anyone reads it
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    elif evaluator is not None and work is not None and (work / "best").exists():
-        model.load_state_dict(checkpoint.load(work / "best").state_dict())
-    elif average is not None:
-        model.load_state_dict(scored.state_dict())
-    return TrainResult(model, best_metrics, history, config.steps, wall)
+    runtime.barrier()  # rank 0 has written `best` before anyone reads it
+    return TrainResult(run.final(evaluator is not None), run.best_metrics, run.history, config.steps, wall)

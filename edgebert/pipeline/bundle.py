@@ -12,7 +12,6 @@ manifest.json lists each file's sha256 and bytes, and `verify_bundle` checks the
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ import numpy as np
 from edgebert.device_tests.evalset import TASK
 from edgebert.device_tests.files import atomic_dir, sha256
 from edgebert.device_tests.versions import versions
-from edgebert.errors import EdgebertError
+from edgebert.errors import EdgebertError, on_disk_full
 from edgebert.export import formats, load_arrays
 
 from .resources import check_disk
@@ -79,11 +78,13 @@ def write_bundle(out: str | Path, *, models: dict[str, str | Path], tokenizer_di
             + (sources["model.tflite"].stat().st_size if "model.tflite" in sources and mediapipe is not False else 0)
             + sum(p.stat().st_size for p in tokenizer_dir.glob("*") if p.is_file()))  # + classifier.tflite
     check_disk(out.parent, need, f"bundle {out}", "free disk space or write it elsewhere")
-    try:
-        with atomic_dir(out, replace=True) as tmp:  # an old bundle is swapped out only once the new one is whole
+    full = f"no space left writing bundle {out}: free disk space or write it elsewhere (nothing was left behind)"
+    try:  # an old bundle is swapped out only once the new one is whole
+        with on_disk_full(full, out.parent), atomic_dir(out, replace=True) as tmp:
             _fill(tmp, sources, tokenizer_dir, labels, arrays, extra, points, max_length, mediapipe, source_model)
     except OSError as e:
-        raise EdgebertError(_os_message(e, out)) from None
+        raise EdgebertError(f"cannot write bundle {out}: {e.strerror or e} ({e.filename or out}); check the folder "
+                            "and permissions") from None
     return out
 
 
@@ -342,9 +343,3 @@ def _plain(value):
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON-serializable")
-
-
-def _os_message(e: OSError, out: Path) -> str:
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"no space left writing bundle {out}: free disk space or write it elsewhere (nothing was left behind)"
-    return f"cannot write bundle {out}: {e.strerror or e} ({e.filename or out}); check the folder and permissions"

@@ -9,7 +9,6 @@ from `OUT/work/`), and a re-run of an unchanged recipe does no work.
 
 from __future__ import annotations
 
-import errno
 import json
 import shutil
 import tempfile
@@ -25,14 +24,17 @@ from edgebert.device_tests.files import atomic_dir, sha256
 from edgebert.device_tests.metrics import points
 
 from .. import checkpoint
-from ..errors import EdgebertError
+from ..errors import EdgebertError, on_disk_full
 from ..passes.train import fingerprint
-from .context import Context, State, context, data_fingerprint, eval_file, log, retokenize, start_model
+from .context import Context, StageRecord, State, context, data_fingerprint, eval_file, log, retokenize, start_model
 from .recipe import Recipe
 from .report import BASELINE_MARGIN, near_baseline
 from .resources import check_disk
 from .search import search, search_lines
-from .stages import STAGES
+from .stages import STAGES, bundle_stage
+
+# bench/compare.py's results, in the repository this edgebert runs from (not the current directory)
+COMPARE = Path(__file__).resolve().parents[2] / "bench" / "results" / "compare.json"
 
 
 def _key(*parts) -> str:
@@ -84,10 +86,12 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     else:
         ctx, state, stages, key, found = search(ctx, budget, lambda c, first=key: _run_stages(c, start, first),
                                                 start_key=key, target=target, pick=pick, fresh=rebench)
+    exporter = bundle_stage().name
     if not state.files:
-        raise EdgebertError("stages: the recipe exports nothing; add \"export\" to stages")
-    bench = True if rebench else recipe.stage("export").bench if bench is None else bench
-    build = _key(key, bench, stages, state.verification, found)  # what the bundle is a function of
+        raise EdgebertError(f"stages: the recipe exports nothing; add \"{exporter}\" to stages")
+    bench = True if rebench else recipe.stage(exporter).bench if bench is None else bench
+    records = [r.to_dict() for r in stages]
+    build = _key(key, bench, records, state.verification, found)  # what the bundle is a function of
     if not rebench and _current(out / "bundle", build):
         log("bundle: up to date, nothing to do (--rebench for fresh timings)")
         return out / "bundle"
@@ -106,7 +110,7 @@ def _start_key(ctx: Context, start: Path, weights: list[Path]) -> str:
     return _key("start", top, sha256(str(weights[0])) if weights else str(start), data_fingerprint(ctx))
 
 
-def run_stages(recipe: Recipe, out: str | Path, *, data_dir: str | None = None) -> list[dict]:
+def run_stages(recipe: Recipe, out: str | Path, *, data_dir: str | None = None) -> list[StageRecord]:
     """The records of `recipe`'s stages, run into `out` (or found there) as a compile of it runs them, without
     a bundle: a recipe that stops before export, to compare stage options (bench/recovery.py). Stages a
     compile into the same `out` has run already are reused."""
@@ -118,40 +122,40 @@ def run_stages(recipe: Recipe, out: str | Path, *, data_dir: str | None = None) 
 
 
 def _tries(recipe: Recipe, name: str) -> list[Recipe]:
-    """The recipe once per try of stage `name`: its options with seeds seed, seed + 1, ... when they ask for
-    `tries` > 1 (prune), each a stage of its own, cached under its own key; else the recipe alone."""
-    options = recipe.stage(name)
-    n = getattr(options, "tries", 1)
-    if n == 1:
+    """The recipe once per try of stage `name` (its entry's `tries`: the options of each, seeds seed, seed + 1,
+    ...), each a stage of its own, cached under its own key; else the recipe alone."""
+    tries = STAGES.get(name).tries
+    each = tries(recipe.stage(name)) if tries else []
+    if len(each) < 2:
         return [recipe]
-    return [replace(recipe, options={**recipe.options, name: options.replace(seed=options.seed + t, tries=1)})
-            for t in range(n)]
+    return [replace(recipe, options={**recipe.options, name: options}) for options in each]
 
 
-def best_try(records: list[dict], metric: str) -> int:
+def best_try(records: list[StageRecord], metric: str) -> int:
     """The try whose result is best on the validation split (the first of equals): never dev, which is reported
     (the recipe refuses tries without a validation split)."""
-    scores = [r["details"]["validation"][metric] for r in records]
+    scores = [r.details["validation"][metric] for r in records]
     return scores.index(max(scores))
 
 
-def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict], str]:
+def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[StageRecord], str]:
     """Each stage of `ctx.recipe` in order from `start` (chained from the start `key`), from its cache
-    folder when done already: the final state, the stage records and the last stage's key. A vocab stage
-    re-encodes `ctx` in place with its pruned tokenizer (context.retokenize); a stage with `tries` runs once
+    folder when done already: the final state, the stage records and the last stage's key. A record with a
+    new tokenizer re-encodes `ctx` in place with it (context.retokenize); a stage with `tries` runs once
     per try and the rest chain from the try kept."""
     recipe, out = ctx.recipe, ctx.out
     # Every stage's key now, before hours of training: a code-keyed stage's holds the code's hash, and an
     # edit made meanwhile must not key the files this process's older code writes later.
     tries = {name: _tries(recipe, name) for name in recipe.stages}
-    stage_keys = {name: [STAGES[name].cache_key(r) for r in tries[name]] for name in recipe.stages}
+    stage_keys = {name: [STAGES.get(name).cache_key(r) for r in tries[name]] for name in recipe.stages}
     state = State(model=start, files={}, verification={})
     stages = []
     for i, name in enumerate(recipe.stages, 1):
-        if name == "finetune" and recipe.teacher:
-            log("finetune: skipped, the recipe starts from a fine-tuned teacher")
+        stage = STAGES.get(name)
+        if stage.fine_tunes and recipe.teacher:
+            log(f"{name}: skipped, the recipe starts from a fine-tuned teacher")
             continue
-        if name == "distill":
+        if stage.sets_teacher:
             state.teacher = state.model
         keys = [_key(key, name, k) for k in stage_keys[name]]
         dests = [out / "stages" / f"{i:02d}-{name}-{k}" for k in keys]
@@ -163,48 +167,42 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[dict],
         record, dest, key = records[kept], dests[kept], keys[kept]
         if n > 1:
             metric = ctx.task.metric
-            record = {**record, "tries": [{"seed": o.seed, "folder": r["folder"], "metrics": r["metrics"],
-                                           "validation": r["details"]["validation"][metric], "kept": t == kept}
-                                          for t, (o, r) in enumerate(zip(options, records))]}
+            record = replace(record, tries=[{"seed": o.seed, "folder": r.folder, "metrics": r.metrics,
+                                             "validation": r.details["validation"][metric], "kept": t == kept}
+                                            for t, (o, r) in enumerate(zip(options, records))])
             log(f"{name}: kept try {kept + 1} (seed {options[kept].seed}), the best on validation {metric} ("
-                + ", ".join(f"{points(t['validation']):.2f}" for t in record["tries"]) + ")")
-        if (dest / "model").is_dir():
+                + ", ".join(f"{points(t['validation']):.2f}" for t in record.tries) + ")")
+        if stage.makes_model:
             state.model = dest / "model"
-        if record.get("new_tokenizer"):  # a vocab stage: the rest of the run reads its tokenizer's ids
+        if record.new_tokenizer:  # the rest of the run reads the new tokenizer's ids
             retokenize(ctx, state.model)
-        for file in record.get("files", {}):
+        for file, verification in record.files.items():
             state.files[file] = dest / file
-            state.verification[file] = record["files"][file]
+            state.verification[file] = verification
         stages.append(record)
     return state, stages, key
 
 
-def _stage(ctx: Context, state: State, name: str, options, dest: Path, label: str) -> dict:
+def _stage(ctx: Context, state: State, name: str, options, dest: Path, label: str) -> StageRecord:
     """Stage `name`'s record, from `dest` when it is done already, else from running it into `dest`."""
     if (dest / "record.json").is_file():
         log(f"{name}{label}: done already ({dest.name})")
     else:
         log(f"{name}{label}: running")
         t0 = time.time()
-        try:
-            with atomic_dir(dest) as tmp:
-                record = STAGES[name].run(ctx, state, options, tmp, ctx.out / "work" / dest.name)
-                record = {"name": name, "wall_s": round(time.time() - t0, 1), **record}
-                (tmp / "record.json").write_text(json.dumps(record, indent=1, default=str))
-        except Exception as e:  # torch.save and ONNX report a full disk as RuntimeError or a protobuf error
-            full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
-            if not (full or shutil.disk_usage(ctx.out).free < 1 << 20):
-                raise
-            raise EdgebertError(f"disk full while writing stage {name} under {ctx.out}: free space, then "
-                                "re-run with --resume") from None
+        with on_disk_full(f"disk full while writing stage {name} under {ctx.out}: free space, then re-run with "
+                          "--resume", ctx.out), atomic_dir(dest) as tmp:
+            record = STAGES.get(name).run(ctx, state, options, tmp, ctx.out / "work" / dest.name)
+            record = replace(record, wall_s=record.wall_s or round(time.time() - t0, 1))  # a pass times itself
+            (tmp / "record.json").write_text(json.dumps(record.to_dict(), indent=1, default=str))
         _warn_near_baseline(record, ctx.sources.get("majority_baseline"))  # once: the summary marks it after
-    return {**json.loads((dest / "record.json").read_text()), "folder": dest.name}
+    return replace(StageRecord.from_dict(json.loads((dest / "record.json").read_text())), folder=dest.name)
 
 
-def _warn_near_baseline(record: dict, baseline: dict | None) -> None:
-    accuracy = (record.get("metrics") or {}).get("accuracy")
+def _warn_near_baseline(record: StageRecord, baseline: dict | None) -> None:
+    accuracy = record.metrics.get("accuracy")
     if near_baseline(accuracy, baseline):
-        warnings.warn(f"{record['name']}: accuracy {points(accuracy):.2f} does not beat the majority-class baseline "
+        warnings.warn(f"{record.name}: accuracy {points(accuracy):.2f} does not beat the majority-class baseline "
                       f"{points(baseline['accuracy']):.2f} (always {baseline['label']!r}) by "
                       f"{BASELINE_MARGIN * 100:.0f} points, so the model learned little: check the labels, train "
                       "longer (train.steps) or give it more data", stacklevel=2)
@@ -273,11 +271,11 @@ def _bench_files(ctx: Context, state: State, labels: list[str]) -> dict[str, dic
 
 
 def _baselines(out: Path, dest: Path) -> dict | None:
-    """bench/compare.py's teacher and Optimum figures, when a results file (OUT/compare.json, else
-    ./bench/results/compare.json) measured this bundle; the report shows them, and never needs them."""
+    """bench/compare.py's teacher and Optimum figures, when a results file (OUT/compare.json, else the
+    repository's bench/results/compare.json) measured this bundle; the report shows them, and never needs them."""
     from .report import baselines
 
-    for path in (out / "compare.json", Path("bench") / "results" / "compare.json"):
+    for path in (out / "compare.json", COMPARE):
         try:
             found = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -288,28 +286,28 @@ def _baselines(out: Path, dest: Path) -> dict | None:
     return None
 
 
-def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, bench: bool,
+def build_bundle(ctx: Context, state: State, stages: list[StageRecord], dest: Path, *, bench: bool,
                  build: str | None = None, searched: dict | None = None) -> Path:
     from .bundle import write_bundle
 
     task = ctx.task
     manifest_stages, chart = [], []
-    made_by = {}  # file -> the stage that wrote it (export copies what quantize wrote)
+    made_by = {}  # file -> the stage that wrote it first (a later one may copy it)
     for record in stages:
-        for name in record.get("files", {}):
-            made_by.setdefault(name, record["name"])
-        if "params" not in record:  # an export stage: its files are described under "verification"
+        for name in record.files:
+            made_by.setdefault(name, record.name)
+        if record.params is None:  # it made no model: its files are described under "verification"
             continue
-        metric = record["metrics"].get(task.metric)
-        model_dir = f"stages/{record['folder']}/model"  # this run's, under the compile's --out (a search makes several)
-        manifest_stages.append({"name": record["name"], "params": {"total": record["params"]},
-                                "bytes": record["bytes"], "flops": record["flops_128"],
-                                "metrics": record["metrics"], "wall_s": record["wall_s"], "checkpoint": model_dir,
-                                **({"validation": chosen} if (chosen := record.get("details", {}).get("validation")) else {}),
-                                **({"tries": record["tries"]} if "tries" in record else {})})
+        metric = record.metrics.get(task.metric)
+        model_dir = f"stages/{record.folder}/model"  # this run's, under the compile's --out (a search makes several)
+        manifest_stages.append({"name": record.name, "params": {"total": record.params},
+                                "bytes": record.bytes, "flops": record.flops_128,
+                                "metrics": record.metrics, "wall_s": record.wall_s, "checkpoint": model_dir,
+                                **({"validation": chosen} if (chosen := record.details.get("validation")) else {}),
+                                **({"tries": record.tries} if record.tries is not None else {})})
         if bench and metric is not None:
-            chart.append({"stage": record["name"], "format": "pytorch", "metric": points(metric),
-                           "latency_ms": _torch_latency(ctx.out / model_dir, ctx.eval_arrays), "bytes": record["bytes"],
+            chart.append({"stage": record.name, "format": "pytorch", "metric": points(metric),
+                           "latency_ms": _torch_latency(ctx.out / model_dir, ctx.eval_arrays), "bytes": record.bytes,
                            "metric_name": task.metric})
     labels = list(task.labels) if task.kind != "regression" else []
     measured = _bench_files(ctx, state, labels) if bench else {}
@@ -318,13 +316,14 @@ def build_bundle(ctx: Context, state: State, stages: list[dict], dest: Path, *, 
             chart.append({"stage": "bundle", "format": name, "metric": points(m["metrics"][task.metric]),
                            "latency_ms": m["latency_ms"]["p50"], "bytes": state.files[name].stat().st_size,
                            "metric_name": task.metric})
-    q = ctx.recipe.stage("quantize")
+    recipe = ctx.recipe
     manifest = {
         "task": {"name": task.name, "kind": task.kind, "metric": task.metric},
         "data": ctx.sources,
-        "recipe": {"stages": ctx.recipe.stages, "model": ctx.recipe.model, "teacher": ctx.recipe.teacher,
-                   "max_length": ctx.recipe.max_length},
-        "quantization": asdict(q) if "quantize" in ctx.recipe.stages else None,
+        "recipe": {"stages": recipe.stages, "model": recipe.model, "teacher": recipe.teacher,
+                   "max_length": recipe.max_length},
+        **{s.manifest: asdict(recipe.stage(s.name)) if s.name in recipe.stages else None  # "quantization"
+           for s in STAGES.values() if s.manifest},
         "stages": manifest_stages,
         "verification": {name: {"stage": made_by[name], **v} for name, v in state.verification.items()},
         "bench_local": measured,

@@ -1,5 +1,5 @@
-"""What the stages of a compile read and pass on: the prepared inputs (Context) and the run's
-position between stages (State)."""
+"""What the stages of a compile read and pass on: the prepared inputs (Context), the run's position
+between stages (State) and what each stage reports (StageRecord)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import random
 import sys
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +20,6 @@ from .. import checkpoint, data, tokenizer as tokenization
 from ..errors import EdgebertError
 from ..checkpoint import TOKENIZER_FILES
 from ..model import HeadConfig, TaskModel, encoder_of, with_head
-from ..passes.vocab import check_prunable
-from .resources import check_memory
 
 
 @dataclass
@@ -46,7 +44,35 @@ class State:
     model: Path  # the current PyTorch checkpoint
     files: dict[str, Path]  # exported model files so far ("model.onnx", "model.tflite")
     verification: dict[str, dict]
-    teacher: Path | None = None  # the checkpoint the distill stage learned from, once it has run
+    teacher: Path | None = None  # the checkpoint a stage with `sets_teacher` started from, once it has run
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageRecord:
+    """What a stage reports, and its folder's record.json: the model it made (size, cost, metrics) or the
+    model files it wrote (`files`)."""
+
+    name: str
+    wall_s: float = 0.0
+    params: int | None = None  # None: the stage made no model (it wrote files)
+    bytes: int | None = None
+    flops_128: int | None = None  # FLOPs per sequence of 128 tokens
+    metrics: dict = field(default_factory=dict)  # the task metric(s) on the eval split
+    steps: int = 0
+    details: dict = field(default_factory=dict)  # the pass's own (rounds, validation, ...)
+    files: dict = field(default_factory=dict)  # model file name -> {"meta", "verify"}
+    new_tokenizer: bool = False  # its model folder holds a new tokenizer: compile re-encodes the data with it
+    folder: str | None = None  # its folder under OUT/stages, set when compile reads it back
+    tries: list[dict] | None = None  # a stage run once per seed: each try's seed, folder, metrics, validation, kept
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> StageRecord:
+        """The record of a record.json, also one an older edgebert wrote (its keys are a subset of these)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 def log(message: str) -> None:
@@ -145,9 +171,7 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
     if len(tok) > encoder.vocab_size:
         raise EdgebertError(f"the tokenizer in {tokenizer_dir} has {len(tok)} tokens but the model embeds only "
                             f"{encoder.vocab_size}: use the tokenizer the model was trained with")
-    check_recipe(recipe, encoder)
-    if "vocab" in recipe.stages:
-        check_prunable(tok)
+    recipe.check(encoder, tok)
     train_split, eval_split, sources = _splits(recipe, data_dir)
     task = train_split.task
     train_split = _limited(train_split, recipe.train_limit, recipe.seed)
@@ -183,7 +207,7 @@ def _validation(train: data.Split, recipe, sources: dict) -> tuple[data.Split, d
 def _encoded(recipe, train_split: data.Split, eval_split: data.Split, tok,
              validation_split: data.Split | None) -> dict:
     """The Context fields that hold token ids: the passes' data, the eval arrays and the calibration set."""
-    calibration_split = _limited(train_split, recipe.stage("quantize").calibration_size, recipe.seed + 1)
+    calibration_split = _limited(train_split, recipe.calibration_size, recipe.seed + 1)
     validation = data.EncodedDataset(validation_split, tok, recipe.max_length) if validation_split else None
     return {"data": data.TaskData(data.EncodedDataset(train_split, tok, recipe.max_length),
                                   data.EncodedDataset(eval_split, tok, recipe.max_length), tok, validation),
@@ -214,33 +238,6 @@ def _warn_unknown(input_ids: list[list[int]], tok, what: str) -> float:
                       "model cannot read that text (another script or language?): use a model whose vocabulary "
                       "covers it", stacklevel=2)
     return rate
-
-
-def check_recipe(recipe, encoder) -> None:
-    """What the stages would refuse hours in, checked against the start model's `encoder` config."""
-    check_memory(recipe, encoder)
-    stages = set(recipe.stages)
-    if recipe.data is None and data.get_task(recipe.task).kind == "embedding" and "finetune" in stages \
-            and not recipe.teacher:
-        raise EdgebertError(f"stages: the {recipe.task} task trains on unlabeled text, so it has no finetune stage; "
-                            "start from a sentence-embedding model (model = \"minilm\") and list distill, prune, "
-                            "quantize and export")
-    if "distill" in stages:
-        d = recipe.stage("distill")
-        if d.keep_layers and max(d.keep_layers) > encoder.num_layers:
-            raise EdgebertError(f"distill.keep_layers: layer {max(d.keep_layers)} does not exist in the start "
-                                f"model's {encoder.num_layers} layers; use 1..{encoder.num_layers}")
-        if d.layers is not None and d.layers > encoder.num_layers:
-            raise EdgebertError(f"distill.layers: {d.layers} is more than the start model's {encoder.num_layers} "
-                                f"layers; use 1..{encoder.num_layers}")
-    corpus = recipe.stage("vocab").corpus if "vocab" in stages else None
-    if corpus is not None and not Path(corpus).is_file():
-        raise EdgebertError(f"vocab.corpus: {corpus} is not a file; pass a UTF-8 text file, one text per line")
-    if stages & {"quantize", "export"}:
-        too_long = [t for t in recipe.stage("export").seq_lens if t > recipe.max_length]
-        if too_long:
-            raise EdgebertError(f"export.seq_lens: {too_long[0]} is longer than max_length {recipe.max_length}, so the "
-                                f"tokenizer never fills it; use lengths up to {recipe.max_length}")
 
 
 def eval_file(ctx: Context) -> Path:
@@ -274,7 +271,7 @@ def pass_stage(verb, teacher=None, cache=None):
     stage of a compile (a cache is keyed by the teacher's weights and the text, so stages that label the same
     text with the same teacher build it once)."""
 
-    def run(ctx: Context, state: State, options, dest: Path, work: Path) -> dict:
+    def run(ctx: Context, state: State, options, dest: Path, work: Path) -> StageRecord:
         import torch
 
         model = task_model(state.model, ctx.task)
@@ -285,6 +282,6 @@ def pass_stage(verb, teacher=None, cache=None):
         result = verb(model, options, ctx.data, work_dir=work,
                       teacher=task_model(folder, ctx.task).eval() if folder is not None else None)
         checkpoint.save(result.model, dest / "model", tokenizer_from=ctx.tokenizer_dir)
-        return result.record.to_dict()
+        return StageRecord.from_dict(result.record.to_dict())
 
     return run

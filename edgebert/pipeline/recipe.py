@@ -2,9 +2,9 @@
 
     task = "sst2"                      # a registered task, or your own file: task = "data/train.csv"
     model = "minilm"                   # start point: "minilm" (the packaged default) or a checkpoint
-    stages = ["finetune", "distill", "prune", "quantize", "export"]
+    stages = [...]                     # the registered stages (pipeline.stages) to run, in their order
 
-    [distill]
+    [distill]                          # a stage's options, as its registry entry declares them
     layers = 4
 
 Your own data is a `[data]` table instead of `task` (the fields: `edgebert.data.DataConfig`):
@@ -29,8 +29,9 @@ from pathlib import Path
 
 from ..data import DataConfig, is_data_file
 from ..errors import EdgebertError
+from .resources import available_memory, check_memory
 from .search import SearchConfig
-from .stages import STAGES, order
+from .stages import STAGES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,12 +46,30 @@ class Recipe:
     validation: int = 1000  # training examples held out to choose checkpoints by (at most a tenth); 0 = the eval split
     seed: int = 42
     on_bad_row: str = "error"  # a malformed data row: "error" stops at it (file:line), "skip" counts and warns
-    stages: list[str] = field(default_factory=lambda: ["finetune", "distill", "prune", "quantize", "export"])
+    stages: list[str] = field(default_factory=lambda: [s.name for s in STAGES.values() if s.by_default])
     options: dict[str, object] = field(default_factory=dict)  # stage name -> its options (the registry's type)
     search: SearchConfig = field(default_factory=SearchConfig)  # the [search] grid `compile --budget` tries
 
     def stage(self, name: str):
         return self.options[name]
+
+    def check(self, encoder, tokenizer) -> None:
+        """What the stages would refuse hours in, checked against the start model's `encoder` config and
+        `tokenizer`: each listed stage's memory estimate and its entry's own checks."""
+        available = available_memory()
+        for name in self.stages:
+            stage, options = STAGES.get(name), self.stage(name)
+            peak = stage.trains(options) if stage.trains else None
+            if peak is not None:
+                check_memory(name, peak, encoder, self.max_length, available)
+            if stage.check:
+                stage.check(self, options, encoder, tokenizer)
+
+    @property
+    def calibration_size(self) -> int:
+        """The training examples the calibrating stage reads (ctx.calibration), whether it runs or not: the set
+        is in every run's start key."""
+        return max(s.calibration(self.stage(s.name)) for s in STAGES.values() if s.calibration)
 
 
 _TOP = {f.name for f in fields(Recipe)} - {"options", "data", "search"}
@@ -80,19 +99,16 @@ def parse(text: str, *, source: str = "recipe") -> Recipe:
         values["search"] = build(SearchConfig, tables.pop("search"), "search")
     for name in tables:
         if name not in STAGES:
-            raise EdgebertError(f"[{name}]: unknown stage table; known stages: {', '.join(order())}")
-    options = {name: build(stage.options, tables.get(name, {}), name, defaults=stage.defaults)
-               for name, stage in STAGES.items()}
-    max_length = values.get("max_length", _default(Recipe, "max_length"))
-    if max_length < 2:
-        raise EdgebertError(f"max_length: expected at least 2, got {max_length}")
-    if "seq_lens" not in tables.get("export", {}):  # the default lengths, up to the recipe's max_length
-        lengths = options["export"].seq_lens
-        options["export"] = options["export"].replace(
-            seq_lens=[t for t in lengths if t < max_length] + [max_length] if max(lengths) >= max_length else lengths)
+            raise EdgebertError(f"[{name}]: unknown stage table; known stages: {', '.join(STAGES.names())}")
+    top = {name: values.get(name, _default(Recipe, name)) for name in _TOP}
+    options = {stage.name: build(stage.options, tables.get(stage.name, {}), stage.name,
+                                 defaults=stage.defaults_for(top)) for stage in STAGES.values()}
+    if top["max_length"] < 2:
+        raise EdgebertError(f"max_length: expected at least 2, got {top['max_length']}")
     recipe = Recipe(**values, options=options)
     check_bad_row(recipe.on_bad_row)
-    tried = [name for name in recipe.stages if getattr(options[name], "tries", 1) > 1]
+    tried = [name for name in recipe.stages
+             if STAGES.get(name).tries and len(STAGES.get(name).tries(options[name])) > 1]
     if tried and not recipe.validation:
         raise EdgebertError(f"{tried[0]}.tries keeps the try best on the validation split, and validation = 0 "
                             "chooses on the eval split: set validation to the training examples to hold out, or "
@@ -108,14 +124,15 @@ def check_bad_row(value: str) -> None:
 def _check_stages(stages: list[str]) -> None:
     for name in stages:
         if name not in STAGES:
-            raise EdgebertError(f"stages: unknown stage {name!r}; known stages: {', '.join(order())}")
+            raise EdgebertError(f"stages: unknown stage {name!r}; known stages: {', '.join(STAGES.names())}")
     if len(set(stages)) != len(stages):
         raise EdgebertError("stages: a stage is listed twice")
-    rank = {name: i for i, name in enumerate(order())}
+    known = STAGES.names()
+    rank = {name: i for i, name in enumerate(known)}
     for a, b in zip(stages, stages[1:]):
         if rank[a] > rank[b]:
             raise EdgebertError(f"stages: {b!r} cannot run after {a!r} (each stage works on the one before's "
-                                f"output); list them in the order {', '.join(s for s in order() if s in stages)}")
+                                f"output); list them in the order {', '.join(s for s in known if s in stages)}")
 
 
 def with_data(recipe: Recipe, task: str | None = None, **fields) -> Recipe:

@@ -12,12 +12,22 @@ a large factor (a batch of 512 at 512 tokens on BERT-large), not to predict the 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EdgebertError
 
-TRAINING = ("finetune", "distill", "prune")
 FLOAT = 4
+
+
+@dataclass(frozen=True)
+class Training:
+    """A training stage at its largest batch, as its registry entry (`trains`) says: what check_memory estimates."""
+
+    batch: int
+    option: str  # the stage's option that sets `batch`, e.g. "train.batch_size"
+    layers: int | None = None  # it trains the start model's first `layers` layers (a student); None: all
+    teacher: bool = False  # a teacher runs beside it, in inference
 
 
 def available_memory() -> int | None:
@@ -49,31 +59,20 @@ def training_memory(encoder, batch: int, length: int, layers: int | None = None)
     return FLOAT * (4 * parameters(encoder) + batch * activations)
 
 
-def check_memory(recipe, encoder, available: int | None = None) -> None:
-    """Refuse a training stage whose estimate exceeds the memory available now, naming what to lower."""
+def check_memory(stage: str, peak: Training, encoder, max_length: int, available: int | None = None) -> None:
+    """Refuse a training stage whose estimate at its `peak` exceeds the memory available now (default: read
+    now), naming what to lower."""
     available = available_memory() if available is None else available
     if available is None:
         return
-    for name in (s for s in recipe.stages if s in TRAINING):
-        options = recipe.stage(name)
-        if name == "prune":  # scoring, then distillation recovery: the larger batch is the peak
-            sizes = {"prune.batch_size": options.batch_size}
-            if options.recovery is not None:
-                sizes["prune.recovery.train.batch_size"] = options.recovery.train.batch_size
-            layers = None
-        else:
-            sizes = {f"{name}.train.batch_size": options.train.batch_size}
-            layers = (options.layers or (len(options.keep_layers) if options.keep_layers else None)
-                      if name == "distill" else None)
-        where, batch = max(sizes.items(), key=lambda item: item[1])
-        need = training_memory(encoder, batch, recipe.max_length, layers)
-        if name in ("distill", "prune"):
-            need += FLOAT * parameters(encoder)  # the teacher, in inference
-        if need > available:
-            raise EdgebertError(
-                f"{name} needs about {need / 1e9:.1f} GB of memory (batch {batch} × max_length {recipe.max_length} "
-                f"on {layers or encoder.num_layers} layers of width {encoder.hidden_size}), more than the "
-                f"{available / 1e9:.1f} GB available: lower {where} or max_length in the recipe")
+    need = training_memory(encoder, peak.batch, max_length, peak.layers)
+    if peak.teacher:
+        need += FLOAT * parameters(encoder)  # the teacher, in inference
+    if need > available:
+        raise EdgebertError(
+            f"{stage} needs about {need / 1e9:.1f} GB of memory (batch {peak.batch} × max_length {max_length} "
+            f"on {peak.layers or encoder.num_layers} layers of width {encoder.hidden_size}), more than the "
+            f"{available / 1e9:.1f} GB available: lower {stage}.{peak.option} or max_length in the recipe")
 
 
 def check_disk(folder: Path, need: int, what: str, fix: str) -> None:

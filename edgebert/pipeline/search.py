@@ -25,13 +25,17 @@ from edgebert.device_tests.files import write_json
 from edgebert.device_tests.metrics import points
 
 from ..errors import EdgebertError
-from .context import Context, eval_file, log, start_model, task_model
+from .context import Context, StageRecord, eval_file, log, start_model, task_model
 from .report import optimal
+from .stages import STAGES, bundle_stage
 
-# The grid's axes: [search] field -> (stage, option). A new searchable option is one line here (and its field).
-AXES = {"heads": ("prune", "heads"), "ffn": ("prune", "ffn"), "width": ("prune", "width"),
-        "min_count": ("vocab", "min_count"), "embeddings": ("quantize", "embeddings")}
 PICKS = ("size", "p50")
+
+
+def axes() -> dict[str, tuple[str, str]]:
+    """The grid's axes, [search] field -> (stage, option), as the stages' entries declare them (`searched`). A
+    new searchable option is its field in SearchConfig and its line in the stage's entry."""
+    return {axis: (stage.name, option) for stage in STAGES.values() for axis, option in stage.searched.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +51,7 @@ class SearchConfig(Config):
     runs: int = 50  # timed runs per file (batch 1, 1 thread)
 
     def __post_init__(self):
-        for name in AXES:
+        for name in axes():
             values = getattr(self, name)
             if values is None:
                 continue
@@ -124,37 +128,38 @@ def _excess(row: dict, bounds: list[Bound]) -> float:
 # The candidates
 
 
-def _axes(recipe) -> list[str]:
+def _searched(recipe) -> list[str]:
     """The [search] axes the recipe's stages take: one its stages lack is skipped at its default, else refused."""
-    grid, defaults = recipe.search, SearchConfig()
-    axes = []
-    for name, (stage, _) in AXES.items():
+    grid, defaults, known = recipe.search, SearchConfig(), axes()
+    found = []
+    for name, (stage, _) in known.items():
         value = getattr(grid, name)
         if value is None:
             continue
         if stage in recipe.stages:
-            axes.append(name)
+            found.append(name)
         elif value != getattr(defaults, name):
             raise EdgebertError(f"search.{name}: searches the {stage} stage, which the recipe does not run; add "
                                 f"\"{stage}\" to stages or drop search.{name}")
-    if not axes:
-        raise EdgebertError("--budget: nothing to search; the [search] grid varies the prune, vocab and quantize "
-                            "stages: add \"prune\" to the recipe's stages")
-    return axes
+    if not found:
+        stages = list(dict.fromkeys(stage for stage, _ in known.values()))
+        raise EdgebertError(f"--budget: nothing to search; the [search] grid varies the {', '.join(stages[:-1])} and "
+                            f"{stages[-1]} stages: add \"{stages[0]}\" to the recipe's stages")
+    return found
 
 
 def candidates(recipe) -> list[tuple[str, dict, object]]:
     """(label, choice, recipe) for every point of the recipe's grid."""
-    if not {"quantize", "export"} & set(recipe.stages):
-        raise EdgebertError("--budget measures the model files: add \"export\" to the recipe's stages")
-    axes = _axes(recipe)
+    if not any(STAGES.get(name).writes_files for name in recipe.stages):
+        raise EdgebertError(f"--budget measures the model files: add \"{bundle_stage().name}\" to the recipe's stages")
+    searched, known = _searched(recipe), axes()
     found = []
-    for values in itertools.product(*(getattr(recipe.search, name) for name in axes)):
-        choice = dict(zip(axes, values))
+    for values in itertools.product(*(getattr(recipe.search, name) for name in searched)):
+        choice = dict(zip(searched, values))
         options = dict(recipe.options)
         by_stage: dict[str, dict] = {}
         for name, value in choice.items():
-            stage, option = AXES[name]
+            stage, option = known[name]
             by_stage.setdefault(stage, {})[option] = value
         for stage, changes in by_stage.items():
             try:
@@ -168,11 +173,11 @@ def candidates(recipe) -> list[tuple[str, dict, object]]:
     return found
 
 
-def _reference(ctx: Context, stages: list[dict], start_key: str) -> float:
+def _reference(ctx: Context, stages: list[StageRecord], start_key: str) -> float:
     """The metric (points) the drop is counted from: the fine-tuned model's, else the start model's."""
     metric = ctx.task.metric
-    if stages and stages[0]["name"] == "finetune":
-        return points(stages[0]["metrics"][metric])
+    if stages and STAGES.get(stages[0].name).fine_tunes:
+        return points(stages[0].metrics[metric])
     cache = ctx.out / "search" / f"reference-{start_key}.json"
     if cache.is_file():
         return json.loads(cache.read_text())["metric"]

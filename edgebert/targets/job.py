@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import device_tests
+from ..device_tests import runtimes
 from ..errors import EdgebertError
 
 # The harness folder, copied as it is to a board or phone and run there as `python -m device_tests`.
 HARNESS = Path(device_tests.__file__).parent
-INSTALL = {"numpy": "numpy", "onnxruntime": "onnxruntime", "litert": "ai-edge-litert",
-           "tflite-runtime": "tflite-runtime 'numpy<2'"}
 GRACE_S = 30  # a step may take --timeout plus this before the client kills it
 HINTS = (  # what ssh/scp/adb say -> what the user should hear
     ("No space left on device", "remote disk full (No space left on device): free space or pick --remote-dir"),
@@ -100,19 +99,15 @@ def call(cmd: list[str], what: str, timeout: float | None = None, env: dict | No
 
 def _backend(job: Job, found: dict) -> str:
     """The backend to run: the one asked for, else the first runtime the target has for this format."""
-    if job.backend:
-        return job.backend
-    if job.model.suffix == ".onnx":
-        return "onnxruntime"
-    return next((b for b in ("litert", "tflite-runtime") if found.get(b)), "litert")
+    return job.backend or runtimes.choose(str(job.model), lambda r: bool(found.get(r.name))).name
 
 
 def _check_probe(report: dict, backend: str, where: str) -> None:
-    for name in ("numpy", backend):
+    for name, install in (("numpy", "numpy"), (backend, runtimes.get(backend).install)):
         if not report["found"].get(name):
             error = report["errors"].get(name, "not installed")
             raise BenchError(f"{where} cannot import {name} ({error}): install it there with "
-                             f"`python3 -m pip install {INSTALL[name]}`")
+                             f"`python3 -m pip install {install}`")
 
 
 def _load_result(path: Path, where: str) -> dict:
@@ -128,6 +123,5 @@ def _load_result(path: Path, where: str) -> dict:
 def _probe_flags(job: Job, module: str = "device_tests") -> list[str]:
     """`module` is the harness as the target imports it: a copied `device_tests` folder on a device,
     the installed `edgebert.device_tests` on this machine."""
-    wanted = [job.backend] if job.backend else (["onnxruntime"] if job.model.suffix == ".onnx"
-                                                 else ["litert", "tflite-runtime"])
+    wanted = [job.backend] if job.backend else [r.name for r in runtimes.for_file(str(job.model))]
     return ["-m", module, "probe", "--backends", ",".join(wanted)]

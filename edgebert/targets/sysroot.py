@@ -11,13 +11,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..device_tests import runtimes
 from ..device_tests.files import write_json
 from ..device_tests.versions import versions
 from .job import BenchError, call
 
 SYSROOT_SKIP = re.compile(r"(dpkg|perl.*|libperl.*|tar|install-info|mailcap|mime-support|media-types|"
                           r"readline-common|debconf.*)")
-WHEELS = ("numpy", "onnxruntime", "ai-edge-litert")
+# numpy and every runtime with an aarch64 wheel that fits the sysroot
+WHEELS = ("numpy", *(r.package for r in runtimes.RUNTIMES.values() if r.sysroot))
 
 
 def cache_dir() -> Path:
@@ -25,21 +27,28 @@ def cache_dir() -> Path:
 
 
 class Sysroot:
-    """Debian's arm64 python3 and its libraries unpacked under the cache, plus aarch64 wheels of
-    numpy, onnxruntime and ai-edge-litert. Built once; later runs reuse it."""
+    """Debian's arm64 python3 and its libraries unpacked under the cache, plus the aarch64 `WHEELS`.
+    Built once; later runs reuse it, until a runtime joins `WHEELS`."""
 
     def __init__(self, base: Path, log=print):
         self.base, self.log = base, log
         self.root, self.site, self.ready = base / "sysroot", base / "site", base / "ready.json"
 
     def ensure(self) -> dict:
-        if not self.ready.exists():
+        if not self._current():
             self.base.mkdir(parents=True, exist_ok=True)
             with open(self.base / ".lock", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                if not self.ready.exists():
+                if not self._current():
                     self._build()
         return json.loads(self.ready.read_text())
+
+    def _current(self) -> bool:
+        """Built, with a wheel of every package in `WHEELS`."""
+        if not self.ready.exists():
+            return False
+        have = {w.split("==")[0] for w in json.loads(self.ready.read_text())["wheels"]}
+        return set(WHEELS) <= have
 
     def _apt(self, tool: str, *args: str, what: str, timeout: float = 900) -> str:
         apt = self.base / "apt"

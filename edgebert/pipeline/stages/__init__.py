@@ -1,6 +1,6 @@
-"""The stages a recipe can name, one module each, registered in the order errors list them."""
+"""The stages a recipe can name, one module each, registered in the order they run (and errors list them)."""
 
 from . import finetune, distill, prune, share, vocab, quantize, export  # noqa: F401  (each registers itself)
-from .registry import STAGES, Stage, order, register
+from .registry import STAGES, Stage, bundle_stage, register
 
-__all__ = ["STAGES", "Stage", "order", "register"]
+__all__ = ["STAGES", "Stage", "bundle_stage", "register"]

@@ -1,9 +1,28 @@
 """distill: the current model distilled into a student made from every k-th of its layers."""
 
+from edgebert.errors import EdgebertError
 from edgebert.passes import DistillConfig, distill
 
 from ..context import pass_stage
+from ..resources import Training
 from .registry import Stage, register
 
+
+def check(recipe, options: DistillConfig, encoder, tokenizer) -> None:
+    n = encoder.num_layers
+    if options.keep_layers and max(options.keep_layers) > n:
+        raise EdgebertError(f"distill.keep_layers: layer {max(options.keep_layers)} does not exist in the start "
+                            f"model's {n} layers; use 1..{n}")
+    if options.layers is not None and options.layers > n:
+        raise EdgebertError(f"distill.layers: {options.layers} is more than the start model's {n} layers; use 1..{n}")
+
+
+def trains(options: DistillConfig) -> Training:
+    """The student (its layers) learns while the teacher runs beside it."""
+    layers = options.layers or (len(options.keep_layers) if options.keep_layers else None)
+    return Training(options.train.batch_size, "train.batch_size", layers=layers, teacher=True)
+
+
 register(Stage(name="distill", options=DistillConfig, run=pass_stage(distill, cache=DistillConfig.cached_in),
-               defaults={"layers": 4}))
+               defaults={"layers": 4}, by_default=True, check=check, trains=trains, makes_model=True,
+               sets_teacher=True))

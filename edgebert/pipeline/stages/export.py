@@ -11,8 +11,8 @@ from edgebert.config import Config
 from edgebert.errors import EdgebertError
 from edgebert.export import Budget, export, formats
 
-from ..context import Context, State, task_model
-from .quantize import export_config
+from ..context import Context, StageRecord, State, task_model
+from .quantize import check_lengths, export_config
 from .registry import Stage, register
 
 FLOAT_BUDGET = Budget(max_abs_diff=1e-3)
@@ -33,20 +33,27 @@ class ExportStageConfig(Config):
                 raise EdgebertError(f"export.formats: unknown format {name!r}; use {' and/or '.join(known)}")
 
 
-def run(ctx: Context, state: State, options: ExportStageConfig, dest: Path, work: Path) -> dict:
+def lengths_up_to(top: dict) -> dict:
+    """The default lengths, up to the recipe's max_length."""
+    lengths, longest = ExportStageConfig().seq_lens, top["max_length"]
+    return {"seq_lens": [t for t in lengths if t < longest] + [longest] if max(lengths) >= longest else lengths}
+
+
+def run(ctx: Context, state: State, options: ExportStageConfig, dest: Path, work: Path) -> StageRecord:
     model = task_model(state.model, ctx.task)  # the start model too gets the task's head (export-only runs)
-    record = {"files": {}}
+    files = {}
     for name in options.formats:
         fmt = formats.get(name)
         target = dest / f"model{fmt.suffix}"
         if target.name in state.files:  # quantize wrote it
             shutil.copy2(state.files[target.name], target)
-            record["files"][target.name] = state.verification[target.name]
+            files[target.name] = state.verification[target.name]
             continue
         artifact = export(model, export_config(fmt, options), out=target, eval_data=ctx.eval_arrays,
                           budget=FLOAT_BUDGET)
-        record["files"][target.name] = {"meta": artifact.meta, "verify": artifact.verification}
-    return record
+        files[target.name] = {"meta": artifact.meta, "verify": artifact.verification}
+    return StageRecord(name="export", files=files)
 
 
-register(Stage(name="export", options=ExportStageConfig, run=run, keyed_by_code=True))
+register(Stage(name="export", options=ExportStageConfig, run=run, keyed_by_code=True, defaults=lengths_up_to,
+               by_default=True, check=check_lengths, writes_files=True, bundle=True))

@@ -1,24 +1,43 @@
 """prune: remove heads, FFN neurons, hidden units (width) or layers by Taylor importance, recovering by distillation
-from the unpruned model or (`recover_from = "teacher"`) from the model the distill stage learned from."""
+from the unpruned model or (`recover_from = "teacher"`) from the teacher of a stage before it (distill's)."""
 
 from edgebert.errors import EdgebertError
 from edgebert.passes import PruneConfig, prune
 
 from ..context import pass_stage
-from .registry import Stage, register
+from ..resources import Training
+from .registry import STAGES, Stage, register
+
+
+def check(recipe, options: PruneConfig, encoder, tokenizer) -> None:
+    before = recipe.stages[:recipe.stages.index("prune")]
+    if options.recover_from == "teacher" and not any(STAGES.get(s).sets_teacher for s in before):
+        raise EdgebertError("prune.recover_from = 'teacher' recovers from the distill stage's teacher: put "
+                            "\"distill\" before \"prune\" in stages, or use recover_from = 'unpruned'")
+
+
+def trains(options: PruneConfig) -> Training:
+    """Scoring, then distillation recovery from a teacher: the larger batch is the peak."""
+    peaks = [Training(options.batch_size, "batch_size", teacher=True)]
+    if options.recovery is not None:
+        peaks.append(Training(options.recovery.train.batch_size, "recovery.train.batch_size", teacher=True))
+    return max(peaks, key=lambda p: p.batch)
+
+
+def tries(options: PruneConfig) -> list[PruneConfig]:
+    """One prune per seed, seed + 1, ...: the importance sample and the recovery differ, the best on validation
+    is kept."""
+    return [options.replace(seed=options.seed + t, tries=1) for t in range(options.tries)]
 
 
 def teacher(ctx, state, options: PruneConfig):
-    if options.recover_from != "teacher":
-        return None
-    if state.teacher is None:
-        raise EdgebertError("prune.recover_from = 'teacher' recovers from the distill stage's teacher: put "
-                            "\"distill\" before \"prune\" in stages, or use recover_from = 'unpruned'")
-    return state.teacher
+    return state.teacher if options.recover_from == "teacher" else None
 
 
 def cache(options: PruneConfig, root) -> PruneConfig:
     return options if options.recovery is None else options.replace(recovery=options.recovery.cached_in(root))
 
 
-register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher, cache)))
+register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher, cache), by_default=True,
+               check=check, trains=trains, tries=tries, makes_model=True,
+               searched={"heads": "heads", "ffn": "ffn", "width": "width"}))

@@ -3,51 +3,63 @@ PyTorch on the eval split, or an error."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
+from typing import Literal
 
 from edgebert.config import Config
 from edgebert.errors import EdgebertError
 from edgebert.export import Budget, export, formats
 from edgebert.quantize import (DynamicInt8Config, Int4EmbeddingsConfig, MixedPrecisionConfig, QATConfig,
                                StaticInt8Config, quantize)
-from edgebert.quantize.config import host_target
+from edgebert.quantize.config import Method, Target, host_target
 
-from ..context import Context, State, task_model
+from ..context import Context, StageRecord, State, task_model
 from .registry import Stage, register
-
-# The recipe's method names per format; "none" leaves the format to the export stage (float).
-METHODS = {"onnx": ("dynamic", "static", "mixed", "qat", "none"),
-           "tflite": ("dynamic", "full", "qat", "fp16", "none")}
 
 
 @dataclass(frozen=True, kw_only=True)
-class QuantizeStageConfig(Config):
-    """INT8 model files for each export format, each within `accuracy_budget` of PyTorch or an error."""
+class _Shared(Config):
+    """The options every format's file shares (the per-format method fields are added below)."""
 
-    onnx: str = "dynamic"  # dynamic | static | mixed | qat | none (float)
-    tflite: str = "dynamic"  # dynamic | full | qat | fp16 | none (float)
-    target: str = field(default_factory=host_target)  # x86 (U8/S8) | x86-vnni | arm (S8/S8)
+    table = "quantize"
+    target: Target = field(default_factory=host_target)  # x86 (U8/S8) | x86-vnni | arm (S8/S8)
     accuracy_budget: float = 1.0  # points of the task metric an INT8 file may lose, else compile fails
     calibration_size: int = 128  # training examples for static calibration and QAT
-    calibration_method: str = "minmax"  # minmax | percentile | entropy
-    embeddings: str = "int8"  # int8 | int4 (block-wise word table; a runtime without the kernel keeps INT8, recorded)
+    calibration_method: Method = "minmax"
+    embeddings: Literal["int8", "int4"] = "int8"  # int4: a block-wise word table (a runtime without the kernel keeps INT8, recorded)
 
     def __post_init__(self):
-        for fmt, choices in METHODS.items():
-            if getattr(self, fmt) not in choices:
-                raise EdgebertError(f"quantize.{fmt}: unknown method {getattr(self, fmt)!r}; use one of "
-                                    f"{', '.join(choices)}")
-        if self.embeddings not in ("int8", "int4"):
-            raise EdgebertError(f"quantize.embeddings: unknown precision {self.embeddings!r}; use int8 or int4")
-        no_int4 = [f"{fmt} = {getattr(self, fmt)!r}" for fmt in METHODS if getattr(self, fmt) in ("qat", "fp16")]
+        no_int4 = [f"{fmt.name} = 'qat'" for fmt in formats.all_formats() if self.method(fmt) == "qat"]
         if self.embeddings == "int4" and no_int4:
             raise EdgebertError(f"quantize.embeddings = 'int4' does not apply to {', '.join(no_int4)}: "
                                 "use embeddings = 'int8' or another method")
 
+    def method(self, fmt: formats.Format) -> str:
+        """The recipe's method for `fmt`'s file ("none": the export stage writes it float)."""
+        return getattr(self, fmt.name)
+
     @property
     def budget(self) -> Budget:
         return Budget(max_metric_drop=self.accuracy_budget / 100)  # the recipe says points, Budget fractions
+
+
+# One field per registered format, named after it ([quantize] onnx = "static"), taking that format's
+# quantize_methods, the first by default: a new format needs no edit here.
+QuantizeStageConfig = make_dataclass(
+    "QuantizeStageConfig", [(f.name, Literal[f.quantize_methods], field(default=f.quantize_methods[0]))
+                            for f in formats.all_formats()],
+    bases=(_Shared,), frozen=True, kw_only=True)
+QuantizeStageConfig.__module__ = __name__
+QuantizeStageConfig.__doc__ = "INT8 model files for each export format, each within `accuracy_budget` of PyTorch or an error."
+
+
+def check_lengths(recipe, options, encoder, tokenizer) -> None:
+    """The lengths the file stages export (export.seq_lens) are ones the tokenizer fills."""
+    too_long = [t for t in recipe.stage("export").seq_lens if t > recipe.max_length]
+    if too_long:
+        raise EdgebertError(f"export.seq_lens: {too_long[0]} is longer than max_length {recipe.max_length}, so the "
+                            f"tokenizer never fills it; use lengths up to {recipe.max_length}")
 
 
 def export_config(fmt: formats.Format, export_options, **changes):
@@ -57,7 +69,7 @@ def export_config(fmt: formats.Format, export_options, **changes):
     return fmt.config(**chosen, **changes)
 
 
-def _method_config(method: str, q: QuantizeStageConfig, export_options):
+def _method_config(method: str, q: _Shared, export_options):
     int4 = {"int4_embeddings": Int4EmbeddingsConfig()} if q.embeddings == "int4" else {}
     if method == "dynamic":
         return DynamicInt8Config(target=q.target, **int4)
@@ -68,25 +80,28 @@ def _method_config(method: str, q: QuantizeStageConfig, export_options):
     return QATConfig(target=q.target, seq_lens=tuple(export_options.seq_lens))
 
 
-def run(ctx: Context, state: State, options: QuantizeStageConfig, dest: Path, work: Path) -> dict:
+def run(ctx: Context, state: State, options: _Shared, dest: Path, work: Path) -> StageRecord:
     model = task_model(state.model, ctx.task)  # the start model too gets the task's head (export-only runs)
     export_options = ctx.recipe.stage("export")
     evals = {"eval_data": ctx.eval_arrays, "budget": options.budget}
-    record = {"files": {}}
+    files = {}
     for name in export_options.formats:
-        fmt, method = formats.get(name), getattr(options, name)
-        target = dest / f"model{fmt.suffix}"
+        fmt = formats.get(name)
+        method, target = options.method(fmt), dest / f"model{fmt.suffix}"
         if method == "none":
             continue
-        if method == "fp16":
-            artifact = export(model, export_config(fmt, export_options, precision="fp16"), out=target, **evals)
+        if method in fmt.export_methods:
+            artifact = export(model, export_config(fmt, export_options, **fmt.export_methods[method]), out=target,
+                              **evals)
+            if options.embeddings == "int4":  # said, not silently dropped: the exporter keeps its own table
+                artifact.meta["embeddings"] = f"int4 not applied: {name} = {method!r} writes its own word table"
         else:
             lengths = "seq_lens" in {f.name for f in fields(fmt.config)}
             artifact = quantize(model, _method_config(method, options, export_options), out=target,
                                 calibration=ctx.calibration, export_as=export_config(fmt, export_options)
                                 if lengths else None, **evals)
-        record["files"][target.name] = {"meta": artifact.meta, "verify": artifact.verification}
-    return record
+        files[target.name] = {"meta": artifact.meta, "verify": artifact.verification}
+    return StageRecord(name="quantize", files=files)
 
 
 def key(recipe) -> dict:
@@ -96,4 +111,6 @@ def key(recipe) -> dict:
             "seq_lens": export_options.seq_lens}
 
 
-register(Stage(name="quantize", options=QuantizeStageConfig, run=run, key=key, keyed_by_code=True))
+register(Stage(name="quantize", options=QuantizeStageConfig, run=run, key=key, keyed_by_code=True, by_default=True,
+               check=check_lengths, writes_files=True, manifest="quantization",
+               calibration=lambda o: o.calibration_size, searched={"embeddings": "embeddings"}))
