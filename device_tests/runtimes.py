@@ -111,3 +111,7 @@ register(Runtime(name="litert", format="tflite", suffix=".tflite", module="ai_ed
 register(Runtime(name="tflite-runtime", format="tflite", suffix=".tflite", module="tflite_runtime.interpreter",
                  package="tflite-runtime", model="backends:TFLite", accelerator_flag="delegate",
                  pip="tflite-runtime 'numpy<2'", warning=TFLITE_INT8_WARNING, sysroot=False))
+register(Runtime(name="executorch", format="executorch", suffix=".pte", module="executorch.runtime",
+                 package="executorch", model="executorch:ExecuTorch", sysroot=False, needs=("torch",)))
+register(Runtime(name="executorch-numpy", format="executorch", suffix=".pte", module="executorch_numpy_runtime",
+                 package="executorch-numpy-runtime", model="executorch:ExecuTorch", sysroot=False))
