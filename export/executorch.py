@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from edgebert.config import Config
 from edgebert.device_tests.evalset import INPUTS
 from edgebert.device_tests.files import atomic_path
@@ -132,10 +134,14 @@ def export_executorch(model, config: ExecuTorchExportConfig, spec: InputSpec, ou
 
 
 def executorch_io(path: Path) -> dict:
-    """The method (named after its output), its inputs with their largest shapes, and how to feed it."""
+    """The method (named after its output), its inputs and output, and how to feed it. A .pte stores no output
+    shape for a dynamic axis, so one two-token call reads the output's width."""
     model = formats.get("executorch").open(path)
+    probe = model.run({n: np.ones((1, 2), np.int32) for n in model.names})
+    output = ["batch", "tokens", int(probe.shape[2])] if probe.ndim == 3 else ["batch", int(probe.shape[1])]
     return {"format": "executorch", "method": model.output, "delegate": "xnnpack",
             "inputs": {n: {"dtype": "int32", "shape": ["batch", "tokens"]} for n in model.names},
+            "outputs": {model.output: {"dtype": "float32", "shape": output}},
             "max_batch": model.max_batch, "max_length": model.max_length,
             "choose": f"the inputs in this order, int32, any batch <= {model.max_batch} and length <= "
                       f"{model.max_length}, unpadded"}

@@ -92,3 +92,30 @@ def test_longer_than_the_model_is_refused_before_exporting(tmp_path):
     with pytest.raises(EdgebertError, match="exceeds the model's 64 positions"):
         export(tiny(), ExecuTorchExportConfig(max_length=65), out=tmp_path / "m.pte")
     assert not (tmp_path / "m.pte").exists()
+
+
+def test_a_compile_ships_an_int8_pte_in_the_bundle(tiny_checkpoint, tiny_sst2, tmp_path):
+    """The recipe names the format and its quantize method; the bundle holds model.pte, verified in its runtime and
+    described in the manifest, and the harness scores it like any model file."""
+    from edgebert.device_tests.evalset import EvalSet
+    from edgebert.pipeline import compile as compiler, recipe as recipes
+
+    recipe = recipes.parse(f"""
+task = "sst2"
+model = "{tiny_checkpoint}"
+max_length = 16
+stages = ["quantize", "export"]
+[quantize]
+onnx = "none"
+executorch = "dynamic"
+[export]
+formats = ["onnx", "executorch"]
+bench = false""")
+    bundle = compiler.compile(recipe, tmp_path / "out", data_dir=str(tiny_sst2))
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    pte = manifest["verification"]["model.pte"]
+    assert pte["stage"] == "quantize" and pte["meta"]["precision"] == "int8" and pte["verify"]["agreement"] >= 0.9
+    assert manifest["verification"]["model.onnx"]["stage"] == "export"  # onnx = "none": the float file
+    data = EvalSet(str(bundle / "eval.npz"))
+    outputs = formats.get("executorch").run(bundle / "model.pte", load_arrays(bundle / "eval.npz"))
+    assert outputs.shape == (data.n, 2)
