@@ -24,7 +24,7 @@ TARGETS = {"speedup_vs_1": 12.0, "speedup_vs_2": 3.0, "size_vs_1": 10.0, "accura
 NOISY_CORES = 0.25
 # The packages whose versions a result (and a cached build's key) records.
 DISTS = ("torch", "transformers", "onnx", "onnxruntime", "optimum", "optimum-onnx", "litert-torch", "ai-edge-litert",
-         "ai-edge-quantizer", "numpy")
+         "ai-edge-quantizer", "executorch", "torchao", "numpy")
 
 
 def _f(v, fmt="{:.2f}", na="n/a"):
@@ -72,10 +72,32 @@ def gemm_summary(gemm_raw: list[dict], threads: list[int], gemm_load: list[dict]
     return out
 
 
-def summarize(args, settings, threads, mach, models, notes, sets, accuracy, raw, gemm_raw, profiles, manifest,
-              failures, loads, env, gemm_load=None) -> dict:
-    gemm = gemm_summary(gemm_raw, threads, gemm_load)
-    use = _clean([r for by in raw.values() for c in by.values() for runs in c.values() for r in runs], loads)
+def _timing_row(m: dict, runs: list[dict], all_runs: list[dict], per_rep: dict, b2: str | None, gemm: dict) -> dict:
+    """One model's figures at one thread count and shape: medians over the repeats used, speedups pair by pair
+    (each repeat against the baseline's same repeat), and the share of the GEMM peak it reaches."""
+    row = {"p50_ms": _median(r["p50"] for r in runs), "p90_ms": _median(r["p90"] for r in runs),
+           "mean_ms": _median(r["mean"] for r in runs), "peak_rss_mb": _median(r["peak_rss_mb"] for r in runs),
+           "p50_by_repeat": [r["p50"] for r in runs], "repeats_used": [r["repeat"] for r in runs],
+           "p50_all_repeats": {str(r["repeat"]): r["p50"] for r in all_runs}}
+    for label, base in (("1", "pytorch-fp32"), ("2", b2)):
+        ratios = [per_rep[base][r["repeat"]]["p50"] / r["p50"] for r in runs
+                  if base and r["repeat"] in per_rep.get(base, {})]
+        row[f"speedup_vs_{label}"] = _median(ratios)
+        row[f"speedup_vs_{label}_by_repeat"] = ratios
+    # Achieved GOPS: useful FLOPs per sequence over mean latency (total work / total time).
+    gops = [r["flops"] / (r["mean"] * 1e6) for r in runs if r["flops"]]
+    row["achieved_gops"] = _median(gops)
+    peak = gemm.get("int8_peak_gops" if m["int8"] else "fp32_peak_gops")
+    row["gemm_peak_gops"] = peak
+    row["fraction_of_peak"] = row["achieved_gops"] / peak if row["achieved_gops"] and peak else None
+    warnings = sorted({w for r in runs for w in r["warnings"]})
+    if warnings:
+        row["warnings"] = warnings
+    return row
+
+
+def _timing(raw: dict, models: list[dict], use: set, gemm: dict) -> tuple[dict, dict]:
+    """(timing table per thread count and shape, the Optimum variant that is baseline 2 in each)."""
     timing, baseline2 = {}, {}
     for tk, by_cond in raw.items():
         timing[tk] = {}
@@ -88,47 +110,37 @@ def summarize(args, settings, threads, mach, models, notes, sets, accuracy, raw,
             b2 = min(opt, key=opt.get) if opt else None
             baseline2[tk][cond] = b2
             per_rep = {mid: {r["repeat"]: r for r in runs} for mid, runs in by_model.items()}
-            table = {}
-            for m in models:
-                runs = by_model[m["id"]]
-                if not runs:
-                    table[m["id"]] = {"na": (m.get("na") or {}).get(cond, "failed: see failures")}
-                    continue
-                row = {"p50_ms": _median(r["p50"] for r in runs), "p90_ms": _median(r["p90"] for r in runs),
-                       "mean_ms": _median(r["mean"] for r in runs), "peak_rss_mb": _median(r["peak_rss_mb"] for r in runs),
-                       "p50_by_repeat": [r["p50"] for r in runs], "repeats_used": [r["repeat"] for r in runs],
-                       "p50_all_repeats": {str(r["repeat"]): r["p50"] for r in all_runs[m["id"]]}}
-                for label, base in (("1", "pytorch-fp32"), ("2", b2)):
-                    ratios = [per_rep[base][r["repeat"]]["p50"] / r["p50"] for r in runs
-                              if base and r["repeat"] in per_rep.get(base, {})]
-                    row[f"speedup_vs_{label}"] = _median(ratios)
-                    row[f"speedup_vs_{label}_by_repeat"] = ratios
-                # Achieved GOPS: useful FLOPs per sequence over mean latency (total work / total time).
-                gops = [r["flops"] / (r["mean"] * 1e6) for r in runs if r["flops"]]
-                row["achieved_gops"] = _median(gops)
-                peak = gemm.get(tk, {}).get("int8_peak_gops" if m["int8"] else "fp32_peak_gops")
-                row["gemm_peak_gops"] = peak
-                row["fraction_of_peak"] = row["achieved_gops"] / peak if row["achieved_gops"] and peak else None
-                warnings = sorted({w for r in runs for w in r["warnings"]})
-                if warnings:
-                    row["warnings"] = warnings
-                table[m["id"]] = row
-            timing[tk][cond] = table
+            timing[tk][cond] = {
+                m["id"]: (_timing_row(m, by_model[m["id"]], all_runs[m["id"]], per_rep, b2, gemm.get(tk, {}))
+                          if by_model[m["id"]] else {"na": (m.get("na") or {}).get(cond, "failed: see failures")})
+                for m in models}
+    return timing, baseline2
 
+
+def _sizes(models: list[dict], baseline2: dict, threads: list[int]) -> dict:
+    """Each model's file size, against 1 and against 2: the Optimum variant that is 2 at 1 thread (else the
+    first thread count), real lengths."""
     by_id = {m["id"]: m for m in models}
     sizes = {}
     for m in models:
         sizes[m["id"]] = {"bytes": m["bytes"], "file": m["file"],
-                          "size_vs_1": by_id["pytorch-fp32"]["bytes"] / m["bytes"]}
+                          "size_vs_1": by_id["pytorch-fp32"]["bytes"] / m["bytes"] if m["bytes"] else None}
         if "bytes_pad" in m:
             sizes[m["id"]].update({"bytes_pad": m["bytes_pad"], "file_pad": m["file_pad"]})
-    # Size against 2: the Optimum variant that is 2 at 1 thread (else the first thread count), real lengths.
     size_b2 = next((baseline2[tk]["real"] for tk in (f"t{threads[0]}", *baseline2) if baseline2.get(tk, {}).get("real")),
                    "optimum-o2-int8")
     for mid, size in sizes.items():
-        size["size_vs_2"] = by_id[size_b2]["bytes"] / by_id[mid]["bytes"]
+        size["size_vs_2"] = by_id[size_b2]["bytes"] / by_id[mid]["bytes"] if by_id[mid]["bytes"] else None
         size["size_baseline_2"] = size_b2
+    return sizes
 
+
+def summarize(args, settings, threads, mach, models, notes, sets, accuracy, raw, gemm_raw, profiles, manifest,
+              failures, loads, env, gemm_load=None) -> dict:
+    gemm = gemm_summary(gemm_raw, threads, gemm_load)
+    use = _clean([r for by in raw.values() for c in by.values() for runs in c.values() for r in runs], loads)
+    timing, baseline2 = _timing(raw, models, use, gemm)
+    sizes = _sizes(models, baseline2, threads)
     result = {
         "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

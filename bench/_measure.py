@@ -17,6 +17,7 @@ import numpy as np
 from _figures import CONDITIONS, DISTS, PAD, _f, _load_entry, summarize
 from _timing import timed_rows
 
+from edgebert.device_tests import runtimes
 from edgebert.device_tests.evalset import pick_rows
 from edgebert.device_tests.files import sha256, write_bytes
 from edgebert.device_tests.versions import versions
@@ -28,6 +29,7 @@ FULL = {"repeats": 3, "runs": 100, "warmup": 10, "timing_rows": 50, "eval_rows":
 QUICK = {"repeats": 1, "runs": 20, "warmup": 3, "timing_rows": 20, "eval_rows": 200, "gemm_seconds": 0.5,
          "gemm_repeats": 1, "profile_runs": 20, "retry_noisy": 0}
 GEMM_SHAPES = ("1024x1024x1024", f"{PAD}x384x1536", "32x384x1536")
+PTE = "student-executorch-int8"  # the ExecuTorch row's id, and the folder its .pte is built into under --work
 
 
 def log(message: str) -> None:
@@ -215,6 +217,82 @@ def _flops(count, config, t) -> int:
     return count(config, int(t), 2)
 
 
+def _student(ckpt: Path) -> tuple[object, str]:
+    """The student checkpoint's EncoderConfig, and where its parameters are, in words."""
+    import edgebert
+    from edgebert.stats import params
+
+    student = edgebert.load(ckpt)
+    c = student.config
+    split = params(student)
+    return c, (f"{split['total']:,} parameters: embeddings {split['embeddings']:,} "
+               f"({split['embeddings'] / split['total']:.0%}; the word table alone {c.vocab_size:,} × {c.embedding_dim} = {c.vocab_size * c.embedding_dim:,}), "
+               f"encoder {split['encoder']:,}, heads {split['heads']:,}; layers {c.num_layers}, heads per layer "
+               f"{[c.heads(i) for i in range(c.num_layers)]}, FFN {[c.ffn(i) for i in range(c.num_layers)]}")
+
+
+def _student_tflite_pad(manifest: dict, tfl_sigs: list[int], ckpt: Path | None, why: str,
+                        work: Path) -> tuple[dict | None, str]:
+    """The student's TFLite file for padded-PAD inputs: (what was built here, or None; how it was chosen).
+    The bundle's own when it has a seq_PAD signature, else one exported here from the student checkpoint."""
+    if tfl_sigs and max(tfl_sigs) >= PAD:
+        return None, f"the bundle's model.tflite has seq_{max(tfl_sigs)}"
+    stops = f"the bundle's model.tflite stops at seq_{max(tfl_sigs) if tfl_sigs else '?'}"
+    if not ckpt:
+        return None, f"n/a: {stops} and {why}, so no seq_{PAD} file could be exported"
+    options = tflite_int8_options(manifest)
+    built = cached_build(
+        f"student-tflite-{PAD}",
+        ["tflite", "--model", str(ckpt), "--seq-lens", str(PAD), "--int8", json.dumps(options)],
+        {"model": sha256(str(ckpt / "model.safetensors")), "seq": [PAD], "int8": options, "v": versions(*DISTS)}, work)
+    return built, (f"{stops}: padded-{PAD} figures use a seq_{PAD} file exported here from the student checkpoint "
+                   f"through the same path (litert-torch FP32, then DynamicInt8Config {options})")
+
+
+def _student_pte(bundle: Path, manifest: dict, ckpt: Path | None, why: str,
+                 work: Path) -> tuple[Path | None, str, dict | None]:
+    """The student's INT8 .pte, one file for real and padded lengths alike (it takes dynamic shapes): (the file,
+    or None; where it came from, or why there is none; what was built here, or None). The bundle's model.pte
+    when it takes PAD tokens, else one exported here from the student checkpoint; never an exception, so a
+    machine without executorch still gets every other row."""
+    if not runtimes.get("executorch").installed():
+        return None, "n/a: executorch is not installed (pip install 'edgebert[executorch]')", None
+    own = bundle / "model.pte"
+    takes = manifest.get("inputs", {}).get("files", {}).get("model.pte", {}).get("max_length") or 0
+    if own.is_file() and takes >= PAD:
+        return own, "the bundle's file as is", None
+    has = f"the bundle's model.pte takes {takes} tokens" if own.is_file() else "the bundle has no model.pte"
+    if not ckpt:
+        return None, f"n/a: {has} and {why}, so none could be exported", None
+    try:
+        built = cached_build(PTE, ["pte", "--model", str(ckpt), "--int8", "--max-length", str(PAD)],
+                             {"model": sha256(str(ckpt / "model.safetensors")), "max_length": PAD,
+                              "v": versions(*DISTS)}, work)
+    except ChildFailed as e:
+        return None, f"n/a: {has}, and exporting one from the student checkpoint failed: {e}", None
+    return work / PTE / built["files"]["int8"], (
+        f"{has}: export.export(ExecuTorchExportConfig(precision='int8', max_length={PAD})) of the student checkpoint, "
+        "lowered to XNNPACK (its PT2E quantizer: int8 weights per channel, int8 activations per call; word tables "
+        f"float); the runtime plans memory for the longest input, so the file stops at {PAD}, the bench's longest"), built
+
+
+def _describe_files(m: dict) -> None:
+    """Set the model's file and size (None when it has none: m["na"] says why), and its padded file's when that
+    is another."""
+    first = m["run"]["real"]
+    if first is None:
+        m["file"], m["bytes"] = None, None
+        return
+    if first["kind"] == "torch":
+        weights = sorted(Path(first["path"]).glob("*.safetensors"))
+        m["file"], m["bytes"] = str(weights[0]), sum(w.stat().st_size for w in weights)
+    else:
+        m["file"], m["bytes"] = str(first["path"]), first["path"].stat().st_size
+    pad = m["run"].get(f"pad{PAD}")
+    if pad and pad["kind"] == "harness" and pad["path"] != first["path"]:
+        m["file_pad"], m["bytes_pad"] = str(pad["path"]), pad["path"].stat().st_size
+
+
 def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict], dict]:
     """Build what is missing and describe each model: how it is run for each input shape."""
     import edgebert
@@ -235,33 +313,10 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
     notes["student_checkpoint"] = why
     student_config = None
     if ckpt:
-        from edgebert.stats import params
-
-        student = edgebert.load(ckpt)
-        student_config = student.config
-        split = params(student)
-        notes["student_params"] = (
-            f"{split['total']:,} parameters: embeddings {split['embeddings']:,} ({split['embeddings'] / split['total']:.0%}; "
-            f"the word table alone {student_config.vocab_size:,} × {student_config.embedding_dim} = "
-            f"{student_config.vocab_size * student_config.embedding_dim:,}), encoder {split['encoder']:,}, heads "
-            f"{split['heads']:,}; layers {student_config.num_layers}, heads per layer "
-            f"{[student_config.heads(i) for i in range(student_config.num_layers)]}, FFN "
-            f"{[student_config.ffn(i) for i in range(student_config.num_layers)]}")
-    student_tfl = None
+        student_config, notes["student_params"] = _student(ckpt)
     tfl_sigs = manifest.get("inputs", {}).get("files", {}).get("model.tflite", {}).get("lengths") or []
-    if tfl_sigs and max(tfl_sigs) >= PAD:
-        notes["student_tflite_pad"] = f"the bundle's model.tflite has seq_{max(tfl_sigs)}"
-    elif ckpt:
-        options = tflite_int8_options(manifest)
-        student_tfl = cached_build(
-            f"student-tflite-{PAD}", ["tflite", "--model", str(ckpt), "--seq-lens", str(PAD), "--int8", json.dumps(options)],
-            {"model": sha256(str(ckpt / "model.safetensors")), "seq": [PAD], "int8": options, "v": versions(*DISTS)}, work)
-        notes["student_tflite_pad"] = (f"the bundle's model.tflite stops at seq_{max(tfl_sigs) if tfl_sigs else '?'}: "
-                                       f"padded-{PAD} figures use a seq_{PAD} file exported here from the student "
-                                       f"checkpoint through the same path (litert-torch FP32, then DynamicInt8Config {options})")
-    else:
-        notes["student_tflite_pad"] = (f"n/a: the bundle's model.tflite stops at seq_{max(tfl_sigs) if tfl_sigs else '?'} "
-                                       f"and {why}, so no seq_{PAD} file could be exported")
+    student_tfl, notes["student_tflite_pad"] = _student_tflite_pad(manifest, tfl_sigs, ckpt, why, work)
+    pte, pte_how, student_pte = _student_pte(bundle, manifest, ckpt, why, work)
 
     def harness(path, backend):
         return {"kind": "harness", "path": Path(path), "backend": backend}
@@ -307,21 +362,18 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
          "how": "the bundle's file as is" + ("" if pad_tfl is real_tfl else f"; padded {PAD}: " + notes["student_tflite_pad"]),
          "run": {"real": real_tfl, f"pad{PAD}": pad_tfl},
          "na": {f"pad{PAD}": notes["student_tflite_pad"]} if pad_tfl is None else {}},
+        {"id": PTE, "group": "4", "label": "edgebert student · ExecuTorch .pte (INT8, XNNPACK)", "int8": True,
+         "eval": "student", "config": student_config, "how": pte_how,
+         "run": {c: pte and harness(pte, "executorch") for c in CONDITIONS},
+         "na": {} if pte else {c: pte_how for c in CONDITIONS}},
     ]
     for m in models:
-        first = m["run"]["real"]
-        if first["kind"] == "torch":
-            weights = sorted(Path(first["path"]).glob("*.safetensors"))
-            m["file"], m["bytes"] = str(weights[0]), sum(w.stat().st_size for w in weights)
-        else:
-            m["file"], m["bytes"] = str(first["path"]), first["path"].stat().st_size
-        pad = m["run"].get(f"pad{PAD}")
-        if pad and pad["kind"] == "harness" and pad["path"] != first["path"]:
-            m["file_pad"], m["bytes_pad"] = str(pad["path"]), pad["path"].stat().st_size
+        _describe_files(m)
         m["flops"] = functools.partial(_flops, flops, m["config"]) if m["config"] is not None else None
     notes["optimum"] = optimum
     notes["teacher_tflite"] = teacher_tfl
     notes["student_tflite_pad_build"] = student_tfl
+    notes["student_pte_build"] = student_pte
     return models, notes
 
 
@@ -381,34 +433,17 @@ def disagreements(models: list[dict], accuracy: dict) -> list[dict]:
     return out
 
 
-def run(args) -> dict:
+def _settings(args) -> dict:
+    """QUICK or FULL, with the figures the command line sets."""
     settings = dict(QUICK if args.quick else FULL)
     for k in settings:
         if getattr(args, k, None) is not None:
             settings[k] = getattr(args, k)
-    threads = [int(t) for t in args.threads.split(",")]
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    env = {"OMP_WAIT_POLICY": "PASSIVE"} if args.omp_passive else {}
-    if args.wait_quiet:
-        wait_quiet(args.wait_quiet)
-    t_start = time.time()
-    mach = machine()
-    if mach["load_average"][0] > 1.5:
-        log(f"WARNING: load average {mach['load_average'][0]:.2f} > 1.5: other work is running; timings will be noisy")
-    bundle = Path(args.bundle)
-    if not (bundle / "manifest.json").is_file():
-        raise SystemExit(f"compare: no bundle at {bundle} (no manifest.json): run `edgebert compile --teacher "
-                         f"{args.teacher} --out {bundle.parent}` or pass --bundle")
-    manifest = json.loads((bundle / "manifest.json").read_text())
+    return settings
 
-    log("eval sets")
-    sets = eval_sets(Path(args.teacher), bundle, args.data, work, settings["eval_rows"])
-    log("models")
-    models, notes = model_table(args, manifest, work, mach)
-    failures = []
 
-    # Accuracy: once per model and input shape, whole dev set, 1 thread.
+def _accuracy(models: list[dict], sets: dict, work: Path, env: dict, failures: list) -> dict:
+    """Once per model and input shape, the whole dev set, 1 thread: {model id: {condition: scores}}."""
     accuracy = {m["id"]: {} for m in models}
     for m in models:
         for cond in CONDITIONS:
@@ -426,20 +461,20 @@ def run(args) -> dict:
             except ChildFailed as e:
                 failures.append({"what": f"accuracy {m['id']} {cond}", "error": str(e)})
                 log(f"FAILED accuracy {m['id']} {cond}: {e}")
+    return accuracy
 
-    failures += disagreements(models, accuracy)
 
-    # GEMM limit: each shape and op in its own process, rotating.
-    gemm_jobs = [(op, w, shape) for shape in GEMM_SHAPES for op, w in (("matmulinteger", "s8"), ("matmulinteger", "u8"),
-                                                                       ("matmul", "f32"))]
-    gemm_raw, gemm_load = [], []
-    other = OtherLoad()
+def _gemm(threads: list[int], settings: dict, other: OtherLoad, work: Path, env: dict,
+          failures: list) -> tuple[list[dict], list[dict]]:
+    """The GEMM limit: each shape and op in its own process, rotating; (results, load per repeat)."""
+    jobs = [(op, w, shape) for shape in GEMM_SHAPES for op, w in (("matmulinteger", "s8"), ("matmulinteger", "u8"),
+                                                                  ("matmul", "f32"))]
+    raw, loads = [], []
     rep, extra = 0, 0
     while rep < settings["gemm_repeats"] + extra:
         other.cores()
         for t in threads:
-            order = gemm_jobs[rep % len(gemm_jobs):] + gemm_jobs[:rep % len(gemm_jobs)]
-            for op, w, shape in order:
+            for op, w, shape in jobs[rep % len(jobs):] + jobs[:rep % len(jobs)]:
                 out = work / "results" / f"gemm-{op}-{w}-{shape}-t{t}-r{rep}.json"
                 argv = [sys.executable, str(ROOT / "bench" / "_timing.py"), "gemm", "--op", op, "--shape", shape,
                         "--threads", str(t), "--seconds", str(settings["gemm_seconds"]), "--json", str(out)]
@@ -447,17 +482,21 @@ def run(args) -> dict:
                     argv += ["--weight", w]
                 try:
                     child(argv, out.with_suffix(".log"), timeout=300, env=env)
-                    gemm_raw.append({**json.loads(out.read_text()), "repeat": rep})
+                    raw.append({**json.loads(out.read_text()), "repeat": rep})
                 except ChildFailed as e:
                     failures.append({"what": f"gemm {op} {w} {shape} t{t}", "error": str(e)})
-        gemm_load.append(_load_entry(rep, other.cores()))
-        if gemm_load[-1]["noisy"] and extra < settings["retry_noisy"]:
+        loads.append(_load_entry(rep, other.cores()))
+        if loads[-1]["noisy"] and extra < settings["retry_noisy"]:
             extra += 1
-            log(f"gemm repeat {rep + 1} was noisy (others used {gemm_load[-1]['other_cores']:.2f} cores): one more")
+            log(f"gemm repeat {rep + 1} was noisy (others used {loads[-1]['other_cores']:.2f} cores): one more")
         rep += 1
     log("gemm done")
+    return raw, loads
 
-    # Timing: for each repeat, every model once per (threads, shape), in rotating order.
+
+def _timings(models: list[dict], sets: dict, threads: list[int], settings: dict, other: OtherLoad, work: Path,
+             env: dict, failures: list) -> tuple[dict, list[dict]]:
+    """For each repeat, every model once per (threads, shape), in rotating order; (latencies, load per repeat)."""
     raw = {f"t{t}": {c: {m["id"]: [] for m in models} for c in CONDITIONS} for t in threads}
     loads = []
     rep, extra = 0, 0
@@ -493,8 +532,11 @@ def run(args) -> dict:
             extra += 1
             log(f"repeat {rep + 1} was noisy: one more repeat")
         rep += 1
+    return raw, loads
 
-    # Op-level profiles of the INT8 ONNX models (1 thread).
+
+def _profiles(models: list[dict], sets: dict, settings: dict, work: Path, env: dict, failures: list) -> dict:
+    """Op-level profiles of the INT8 ONNX models (1 thread): {model id: {condition: profile}}."""
     profiles = {}
     for mid in ("student-onnx-int8", "optimum-o2-int8", "optimum-int8"):
         m = next(x for x in models if x["id"] == mid)
@@ -508,7 +550,38 @@ def run(args) -> dict:
                 profiles.setdefault(mid, {})[cond] = json.loads(out.read_text())
             except ChildFailed as e:
                 failures.append({"what": f"profile {mid} {cond}", "error": str(e)})
+    return profiles
 
+
+def run(args) -> dict:
+    settings = _settings(args)
+    threads = [int(t) for t in args.threads.split(",")]
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    env = {"OMP_WAIT_POLICY": "PASSIVE"} if args.omp_passive else {}
+    if args.wait_quiet:
+        wait_quiet(args.wait_quiet)
+    t_start = time.time()
+    mach = machine()
+    if mach["load_average"][0] > 1.5:
+        log(f"WARNING: load average {mach['load_average'][0]:.2f} > 1.5: other work is running; timings will be noisy")
+    bundle = Path(args.bundle)
+    if not (bundle / "manifest.json").is_file():
+        raise SystemExit(f"compare: no bundle at {bundle} (no manifest.json): run `edgebert compile --teacher "
+                         f"{args.teacher} --out {bundle.parent}` or pass --bundle")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+
+    log("eval sets")
+    sets = eval_sets(Path(args.teacher), bundle, args.data, work, settings["eval_rows"])
+    log("models")
+    models, notes = model_table(args, manifest, work, mach)
+    failures = []
+    accuracy = _accuracy(models, sets, work, env, failures)
+    failures += disagreements(models, accuracy)
+    other = OtherLoad()
+    gemm_raw, gemm_load = _gemm(threads, settings, other, work, env, failures)
+    raw, loads = _timings(models, sets, threads, settings, other, work, env, failures)
+    profiles = _profiles(models, sets, settings, work, env, failures)
     result = summarize(args, settings, threads, mach, models, notes, sets, accuracy, raw, gemm_raw, profiles,
                        manifest, failures, loads, env, gemm_load)
     result["wall_s"] = round(time.time() - t_start, 1)

@@ -39,8 +39,8 @@ def render(result: dict) -> str:
         + f". Wall time {result.get('wall_s', 0) / 60:.1f} min.  ",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items() if v) + ".",
         "",
-        "How: every model runs in its own process (`python -m device_tests run` for ONNX/TFLite files, "
-        "`bench/_timing.py torch` for PyTorch), batch 1; for each repeat every model runs once in an order that "
+        "How: every model runs in its own process (`python -m device_tests run` for ONNX, TFLite and ExecuTorch "
+        "files, `bench/_timing.py torch` for PyTorch), batch 1; for each repeat every model runs once in an order that "
         f"rotates between repeats. Latencies are medians over {result['settings']['repeats']} repeat(s) of "
         f"{result['settings']['runs']} timed runs (after {result['settings']['warmup']} warmup) on "
         f"{result['settings']['timing_rows']} dev sentences drawn per repeat; ratios are taken pair by pair within each "
@@ -72,11 +72,11 @@ def render(result: dict) -> str:
               (f"| # | model | dev acc, real lengths | dev acc, padded {result['settings']['pad_to']} | file MB | "
                "smaller than 1 | smaller than 2 |"), "|---|---|---|---|---|---|---|"]
     for mid, mm in models.items():
-        acc = {c: mm["accuracy"].get(c, {}).get("accuracy") for c in CONDITIONS}
-        mb = f"{mm['bytes'] / 1e6:.1f}" + (f" (seq_{result['settings']['pad_to']} file: {mm['bytes_pad'] / 1e6:.1f})"
-                                           if "bytes_pad" in mm else "")
-        lines.append(f"| {mm['group']} | {mm['label']} | {_f(acc['real'], '{:.2%}')} | "
-                     f"{_f(acc[CONDITIONS[1]], '{:.2%}', mm.get('na', {}).get(CONDITIONS[1], 'n/a'))} | {mb} | "
+        acc = {c: _f(mm["accuracy"].get(c, {}).get("accuracy"), "{:.2%}", mm.get("na", {}).get(c, "n/a"))
+               for c in CONDITIONS}
+        mb = _f(mm["bytes"] and mm["bytes"] / 1e6, "{:.1f}") + (
+            f" (seq_{result['settings']['pad_to']} file: {mm['bytes_pad'] / 1e6:.1f})" if "bytes_pad" in mm else "")
+        lines.append(f"| {mm['group']} | {mm['label']} | {acc['real']} | {acc[CONDITIONS[1]]} | {mb} | "
                      f"{_f(mm['size_vs_1'], '{:.2f}×')} | {_f(mm.get('size_vs_2'), '{:.2f}×')} |")
     lines += [""]
     for tk, by_cond in result["timing"].items():

@@ -1,7 +1,8 @@
 """Every figure side by side, from one run on this machine: the SST-2 teacher as users run it today
 (PyTorch FP32 eager; Hugging Face Optimum ONNX + O2 + dynamic INT8; litert-torch TFLite FP32 and
-dynamic-range INT8) against edgebert's compiled student (the bundle's ONNX INT8 and TFLite INT8),
-and this CPU's own INT8/FP32 GEMM limit.
+dynamic-range INT8) against edgebert's compiled student (the bundle's ONNX INT8 and TFLite INT8, and an
+ExecuTorch INT8 .pte: the bundle's, else exported from the student checkpoint), and this CPU's own
+INT8/FP32 GEMM limit.
 
     python bench/compare.py [--teacher DIR] [--bundle DIR] [--data DIR] [--quick]
     python bench/compare.py --render          # BENCHMARKS.md again from bench/results/compare.json
@@ -9,7 +10,7 @@ and this CPU's own INT8/FP32 GEMM limit.
 --quick (1 repeat, 20 runs, 200 dev sentences) writes runs/compare/quick/{compare.json,BENCHMARKS.md}
 unless --results/--markdown say otherwise, so a smoke run never replaces the reference figures.
 
-Every model is timed in its own process (`python -m device_tests run` for ONNX/TFLite files,
+Every model is timed in its own process (`python -m device_tests run` for ONNX, TFLite and .pte files,
 bench/_timing.py for PyTorch): for each repeat, every model runs once, in an order that rotates
 from repeat to repeat, so drift hits all of them; figures are medians over repeats, and each ratio
 is taken pair by pair within a repeat before its median. Accuracy is scored once per model and

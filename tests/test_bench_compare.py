@@ -136,26 +136,34 @@ def test_student_checkpoint_is_the_one_the_manifest_names(bench_scripts, tmp_pat
     assert bench_scripts.measure.tflite_int8_options(manifest) == {"per_channel": True, "target": "x86", "int8_embeddings": False}
 
 
+PTE = "student-executorch-int8"
 IDS = ["pytorch-fp32", "optimum-o2-int8", "optimum-int8", "tflite-fp32", "tflite-int8", "student-onnx-int8",
-       "student-tflite-int8"]
+       "student-tflite-int8", PTE]
 
 
-def _synthetic(bench):
+def _synthetic(bench, pte_na: str | None = None):
     """Three clean repeats whose drift makes the median of ratios differ from the ratio of medians,
-    and a fourth that ran beside someone else's job (it must be left out)."""
+    and a fourth that ran beside someone else's job (it must be left out). pte_na: the ExecuTorch row has no
+    file, for that reason."""
     p50 = {"pytorch-fp32": [20, 40, 30, 900], "optimum-o2-int8": [8, 9, 10, 1], "optimum-int8": [6, 7, 8, 90],
            "tflite-fp32": [15, 16, 17, 99], "tflite-int8": [10, 11, 12, 99], "student-onnx-int8": [1.0, 2.0, 4.0, 9],
-           "student-tflite-int8": [2, 3, 4, 9]}
+           "student-tflite-int8": [2, 3, 4, 9], PTE: [1.5, 2.5, 5.0, 9]}
+    na = {"student-tflite-int8": {"pad128": "n/a: no seq_128"},
+          PTE: {c: pte_na for c in bench.figures.CONDITIONS} if pte_na else {}}
     models = [{"id": mid, "group": {"p": "1", "o": "2", "t": "3", "s": "4"}[mid[0]], "label": mid, "how": "how",
                "int8": "int8" in mid, "file": f"/x/{mid}", "bytes": 90_000_000 if "fp32" in mid else
                (8_000_000 if mid.startswith("student") else 23_000_000), "flops": lambda t: 1e9 * t / 32,
-               "na": {"pad128": "n/a: no seq_128"} if mid == "student-tflite-int8" else {}} for mid in IDS]
-    raw = {"t1": {c: {mid: ([] if (mid == "student-tflite-int8" and c != "real") else
+               "na": na.get(mid, {})} for mid in IDS]
+    if pte_na:
+        models[-1].update(file=None, bytes=None)
+    raw = {"t1": {c: {mid: ([] if c in na.get(mid, {}) else
                              [{"repeat": r, "p50": p50[mid][r], "p90": p50[mid][r] * 1.5, "mean": p50[mid][r],
                                "peak_rss_mb": 100.0, "flops": 1e6, "warnings": []} for r in range(4)])
                       for mid in IDS} for c in bench.figures.CONDITIONS}}
     accuracy = {mid: {c: {"accuracy": 0.9014 if not mid.startswith("student") else 0.8945, "n": 872}
                       for c in bench.figures.CONDITIONS} for mid in IDS}
+    if pte_na:  # nothing ran
+        accuracy[PTE] = {}
     gemm_raw = [{"threads": 1, "op": "matmulinteger", "weight": "s8", "shape": [1024, 1024, 1024], "gops_p50": g}
                 for g in (90, 100, 110)] + [{"threads": 1, "op": "matmul", "weight": "f32", "shape": [32, 384, 1536],
                                              "gops_p50": 50.0}]
@@ -271,3 +279,76 @@ def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path):
     assert "ran beside other work, were re-run and are left out" in text
     result["load_average"][0]["other_cores"] = 0.9  # someone else's job ran during a repeat that was used
     assert "the machine was busy" in render(result)
+
+
+def test_the_executorch_row_gets_the_student_ratios_but_no_target_lines(bench_scripts):
+    result = _synthetic(bench_scripts)
+    row = result["timing"]["t1"]["real"][PTE]
+    assert row["speedup_vs_1_by_repeat"] == pytest.approx([20 / 1.5, 16.0, 6.0]) and row["repeats_used"] == [0, 1, 2]
+    assert row["speedup_vs_2_by_repeat"] == pytest.approx([4.0, 2.8, 1.6]) and row["speedup_vs_2"] == pytest.approx(2.8)
+    assert result["models"][PTE]["size_vs_1"] == 90 / 8 and result["models"][PTE]["size_vs_2"] == 23 / 8
+    assert not any("executorch" in t["where"] for t in result["targets"])  # the targets stay about ONNX and TFLite
+    text = bench_scripts.render.render(result)
+    assert f"| 4 | {PTE} | 89.45% | 89.45% | 8.0 | 11.25× | 2.88× |" in text
+    assert f"| 4 | {PTE} | 2.50 | 1.50–5.00 | 3.75 | 100 | 13.33× | 2.80× |" in text  # real lengths, 1 thread
+    assert text.count(f"| 4 | {PTE} |") == 1 + len(bench_scripts.figures.CONDITIONS)  # accuracy, and each latency
+
+
+def test_an_executorch_row_without_a_file_says_why(bench_scripts):
+    why = "n/a: executorch is not installed (pip install 'edgebert[executorch]')"
+    result = _synthetic(bench_scripts, pte_na=why)
+    assert result["models"][PTE]["size_vs_1"] is None and result["models"][PTE]["size_vs_2"] is None
+    assert all(result["timing"]["t1"][c][PTE] == {"na": why} for c in bench_scripts.figures.CONDITIONS)
+    json.dumps(result)
+    text = bench_scripts.render.render(result)
+    assert f"| 4 | {PTE} | {why} | {why} | n/a | n/a | n/a |" in text
+    assert text.count(f"| 4 | {PTE} | {why} | | |") == len(bench_scripts.figures.CONDITIONS)
+    assert "| PASS | ≥ 12× faster than 1 (PyTorch FP32) | batch 1, real lengths, 1 thread(s) | 20.00× |" in text
+
+
+def test_the_executorch_file_is_the_bundles_or_says_why_not(bench_scripts, tmp_path, monkeypatch):
+    measure = bench_scripts.measure
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    path, how, built = measure._student_pte(bundle, {}, None, "the manifest lists no model stages", tmp_path)
+    assert path is None and built is None
+    assert how == "n/a: the bundle has no model.pte and the manifest lists no model stages, so none could be exported"
+    (bundle / "model.pte").write_bytes(b"pte")
+    manifest = {"inputs": {"files": {"model.pte": {"max_length": 64}}}}
+    path, how, _ = measure._student_pte(bundle, manifest, None, "no checkpoint", tmp_path)
+    assert path is None and how.startswith("n/a: the bundle's model.pte takes 64 tokens and no checkpoint")
+    manifest["inputs"]["files"]["model.pte"]["max_length"] = measure.PAD
+    assert measure._student_pte(bundle, manifest, None, "", tmp_path) == (bundle / "model.pte",
+                                                                          "the bundle's file as is", None)
+    # A machine without executorch: the row is n/a, never a crash.
+    absent = measure.runtimes.Runtime(name="executorch", format="executorch", suffix=".pte",
+                                      module="edgebert_no_such_module", package="executorch", model="executorch:ExecuTorch")
+    monkeypatch.setattr(measure.runtimes, "get", lambda name: absent)
+    path, how, _ = measure._student_pte(bundle, manifest, None, "", tmp_path)
+    assert path is None and how == "n/a: executorch is not installed (pip install 'edgebert[executorch]')"
+
+
+def test_the_executorch_row_is_built_from_the_checkpoint_and_runs_both_shapes(bench_scripts, tmp_path):
+    """The `pte` build child exports the student checkpoint; the harness runs that one file at real lengths
+    and padded to PAD, as compare.py's row does."""
+    pytest.importorskip("executorch", reason="ExecuTorch is an optional extra: pip install 'edgebert[executorch]'")
+    import torch
+
+    from edgebert import checkpoint
+    from edgebert.model import EncoderConfig, HeadConfig, build
+
+    measure, figures = bench_scripts.measure, bench_scripts.figures
+    torch.manual_seed(0)
+    ckpt = tmp_path / "student"
+    checkpoint.save(build(EncoderConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2,
+                                        intermediate_size=64), HeadConfig(num_labels=2, labels=["negative", "positive"])),
+                    ckpt)
+    path, how, built = measure._student_pte(tmp_path / "bundle", {}, ckpt, "", tmp_path / "work")
+    assert path == tmp_path / "work" / PTE / "int8.pte" and path.is_file() and how.startswith("the bundle has no model.pte:")
+    assert built["meta"]["precision"] == "int8" and built["meta"]["max_length"] == figures.PAD
+    assert measure._student_pte(tmp_path / "bundle", {}, ckpt, "", tmp_path / "work")[2] == built  # cached
+    write_eval(tmp_path / "dev.npz", n=6, t=figures.PAD)
+    model = {"run": {c: {"kind": "harness", "path": path, "backend": "executorch"} for c in figures.CONDITIONS}}
+    for cond in figures.CONDITIONS:
+        r = measure.measure(model, cond, tmp_path / "dev.npz", 1, 1, 3, tmp_path / f"{cond}.json", {})
+        assert r["complete"] and r["n_examples"] == 6 and r["settings"]["pad_to"] == (None if cond == "real" else figures.PAD)
