@@ -293,6 +293,41 @@ def _describe_files(m: dict) -> None:
         m["file_pad"], m["bytes_pad"] = str(pad["path"]), pad["path"].stat().st_size
 
 
+def _harness(path, backend) -> dict:
+    """How to run a model file: in the device_tests harness, with this backend."""
+    return {"kind": "harness", "path": Path(path), "backend": backend}
+
+
+def _teacher_models(teacher: Path, config, qname: str, optimum: dict, work: Path) -> list[dict]:
+    """The teacher's rows: PyTorch eager (1), Optimum's two INT8 ONNX files (2), litert-torch TFLite (3)."""
+    odir = work / "optimum"
+    tdir = work / "teacher-tflite"
+    return [
+        {"id": "pytorch-fp32", "group": "1", "label": "teacher · PyTorch FP32 eager (transformers)", "int8": False,
+         "eval": "teacher", "config": config,
+         "how": "AutoModelForSequenceClassification.from_pretrained(teacher), torch.inference_mode(), "
+                "torch.set_num_threads(N)",
+         "run": {c: {"kind": "torch", "path": teacher} for c in CONDITIONS}},
+        {"id": "optimum-o2-int8", "group": "2", "label": "teacher · Optimum ONNX O2 + dynamic INT8", "int8": True,
+         "eval": "teacher", "config": config,
+         "how": f"ORTModelForSequenceClassification.from_pretrained(export=True) → ORTOptimizer O2 → ORTQuantizer "
+                f"AutoQuantizationConfig.{qname}(is_static=False) (per_channel={optimum['quantization']['per_channel']})",
+         "run": {c: _harness(odir / optimum["files"]["o2-int8"], "onnxruntime") for c in CONDITIONS}},
+        {"id": "optimum-int8", "group": "2", "label": "teacher · Optimum ONNX + dynamic INT8 (no offline O2)",
+         "int8": True, "eval": "teacher", "config": config,
+         "how": f"the same export and ORTQuantizer {qname} config on the unoptimized export (ORT fuses at load)",
+         "run": {c: _harness(odir / optimum["files"]["int8"], "onnxruntime") for c in CONDITIONS}},
+        {"id": "tflite-fp32", "group": "3", "label": "teacher · litert-torch TFLite FP32", "int8": False,
+         "eval": "teacher", "config": config,
+         "how": f"export.export(TFLiteExportConfig(seq_lens=(16, 32, 64, {PAD}))), one multi-signature file",
+         "run": {c: _harness(tdir / "fp32.tflite", "litert") for c in CONDITIONS}},
+        {"id": "tflite-int8", "group": "3", "label": "teacher · litert-torch TFLite dynamic-range INT8", "int8": True,
+         "eval": "teacher", "config": config,
+         "how": "quantize.quantize(fp32.tflite, DynamicInt8Config()) — ai-edge-quantizer dynamic_wi8_afp32",
+         "run": {c: _harness(tdir / "int8.tflite", "litert") for c in CONDITIONS}},
+    ]
+
+
 def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict], dict]:
     """Build what is missing and describe each model: how it is run for each input shape."""
     import edgebert
@@ -318,45 +353,18 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
     student_tfl, notes["student_tflite_pad"] = _student_tflite_pad(manifest, tfl_sigs, ckpt, why, work)
     pte, pte_how, student_pte = _student_pte(bundle, manifest, ckpt, why, work)
 
-    def harness(path, backend):
-        return {"kind": "harness", "path": Path(path), "backend": backend}
-
-    odir = work / "optimum"
-    tdir = work / "teacher-tflite"
     trims = trims_padding(bundle / "model.onnx")
-    real_tfl = harness(bundle / "model.tflite", "litert")
-    pad_tfl = harness(work / f"student-tflite-{PAD}" / "int8.tflite", "litert") if student_tfl else None
+    real_tfl = _harness(bundle / "model.tflite", "litert")
+    pad_tfl = _harness(work / f"student-tflite-{PAD}" / "int8.tflite", "litert") if student_tfl else None
     if tfl_sigs and max(tfl_sigs) >= PAD:
         pad_tfl = real_tfl
-    models = [
-        {"id": "pytorch-fp32", "group": "1", "label": "teacher · PyTorch FP32 eager (transformers)", "int8": False,
-         "eval": "teacher", "config": teacher_config,
-         "how": "AutoModelForSequenceClassification.from_pretrained(teacher), torch.inference_mode(), "
-                "torch.set_num_threads(N)",
-         "run": {c: {"kind": "torch", "path": teacher} for c in CONDITIONS}},
-        {"id": "optimum-o2-int8", "group": "2", "label": "teacher · Optimum ONNX O2 + dynamic INT8", "int8": True,
-         "eval": "teacher", "config": teacher_config,
-         "how": f"ORTModelForSequenceClassification.from_pretrained(export=True) → ORTOptimizer O2 → ORTQuantizer "
-                f"AutoQuantizationConfig.{qname}(is_static=False) (per_channel={optimum['quantization']['per_channel']})",
-         "run": {c: harness(odir / optimum["files"]["o2-int8"], "onnxruntime") for c in CONDITIONS}},
-        {"id": "optimum-int8", "group": "2", "label": "teacher · Optimum ONNX + dynamic INT8 (no offline O2)",
-         "int8": True, "eval": "teacher", "config": teacher_config,
-         "how": f"the same export and ORTQuantizer {qname} config on the unoptimized export (ORT fuses at load)",
-         "run": {c: harness(odir / optimum["files"]["int8"], "onnxruntime") for c in CONDITIONS}},
-        {"id": "tflite-fp32", "group": "3", "label": "teacher · litert-torch TFLite FP32", "int8": False,
-         "eval": "teacher", "config": teacher_config,
-         "how": f"export.export(TFLiteExportConfig(seq_lens=(16, 32, 64, {PAD}))), one multi-signature file",
-         "run": {c: harness(tdir / "fp32.tflite", "litert") for c in CONDITIONS}},
-        {"id": "tflite-int8", "group": "3", "label": "teacher · litert-torch TFLite dynamic-range INT8", "int8": True,
-         "eval": "teacher", "config": teacher_config,
-         "how": "quantize.quantize(fp32.tflite, DynamicInt8Config()) — ai-edge-quantizer dynamic_wi8_afp32",
-         "run": {c: harness(tdir / "int8.tflite", "litert") for c in CONDITIONS}},
+    models = _teacher_models(teacher, teacher_config, qname, optimum, work) + [
         {"id": "student-onnx-int8", "group": "4", "label": "edgebert student · bundle model.onnx (INT8)", "int8": True,
          "eval": "student", "config": student_config, "trims": trims,
          "how": "the bundle's file as is" + ("; it drops the columns that are padding in every row before its "
                                              "encoder (OnnxExportConfig.trim_padding), so padded it computes at "
                                              "the real length" if trims else ""),
-         "run": {c: harness(bundle / "model.onnx", "onnxruntime") for c in CONDITIONS}},
+         "run": {c: _harness(bundle / "model.onnx", "onnxruntime") for c in CONDITIONS}},
         {"id": "student-tflite-int8", "group": "4", "label": "edgebert student · bundle model.tflite (INT8)",
          "int8": True, "eval": "student", "config": student_config,
          "how": "the bundle's file as is" + ("" if pad_tfl is real_tfl else f"; padded {PAD}: " + notes["student_tflite_pad"]),
@@ -364,7 +372,7 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
          "na": {f"pad{PAD}": notes["student_tflite_pad"]} if pad_tfl is None else {}},
         {"id": PTE, "group": "4", "label": "edgebert student · ExecuTorch .pte (INT8, XNNPACK)", "int8": True,
          "eval": "student", "config": student_config, "how": pte_how,
-         "run": {c: pte and harness(pte, "executorch") for c in CONDITIONS},
+         "run": {c: pte and _harness(pte, "executorch") for c in CONDITIONS},
          "na": {} if pte else {c: pte_how for c in CONDITIONS}},
     ]
     for m in models:

@@ -86,7 +86,7 @@ def timed(path: Path, arrays_path: Path, threads: int, runs: int) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--teacher", default=str(ROOT.parent / "shared/models/minilm-l6-sst2"))
     ap.add_argument("--data", default=str(ROOT.parent / "shared/data"))
@@ -98,28 +98,40 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="variant names to build (default: all)")
     ap.add_argument("--time", help=argparse.SUPPRESS)
     ap.add_argument("--arrays", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if args.time:
         print(json.dumps(time_model(args.time, args.arrays, args.threads, args.runs)))
         return
+    run(args)
 
-    import torch
+
+def sst2_sets(teacher: Path, data: Path, calibration: int) -> tuple[dict, dict]:
+    """SST-2 dev (every sentence) and `calibration` train sentences (seed 0), tokenized with the teacher's tokenizer."""
     from transformers import AutoTokenizer
 
+    tokenizer = AutoTokenizer.from_pretrained(teacher)
+    dev = tokenize(tokenizer, *read_tsv(data / "sst2/dev.tsv"))
+    train_s, train_l = read_tsv(data / "sst2/train.tsv")
+    pick = np.random.default_rng(0).choice(len(train_s), calibration, replace=False)
+    return dev, tokenize(tokenizer, [train_s[i] for i in pick], [train_l[i] for i in pick])
+
+
+def run(args: argparse.Namespace) -> None:
+    """Build, score and time every variant (or those --only names), writing --out after each."""
+    import torch
+
     from edgebert.checkpoint import load
-    from edgebert.export import (Artifact, Budget, InputSpec, OnnxExportConfig, TFLiteExportConfig, compare, export,
-                                 torch_logits)
-    from edgebert.quantize import DynamicInt8Config, MixedPrecisionConfig, StaticInt8Config, quantize
+    from edgebert.export import Artifact, InputSpec, compare, torch_logits
 
     torch.set_num_threads(1)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    teacher, data = Path(args.teacher), Path(args.data)
-    tokenizer = AutoTokenizer.from_pretrained(teacher)
-    dev = tokenize(tokenizer, *read_tsv(data / "sst2/dev.tsv"))
-    train_s, train_l = read_tsv(data / "sst2/train.tsv")
-    pick = np.random.default_rng(0).choice(len(train_s), args.calibration, replace=False)
-    calib = tokenize(tokenizer, [train_s[i] for i in pick], [train_l[i] for i in pick])
+    teacher = Path(args.teacher)
+    dev, calib = sst2_sets(teacher, Path(args.data), args.calibration)
     np.savez(work / "dev.npz", **dev)
 
     model = load(teacher).eval()
@@ -142,7 +154,7 @@ def main() -> None:
     results["pytorch_fp32"] = {"accuracy": acc_ref, "bytes": (teacher / "model.safetensors").stat().st_size,
                                **timed(teacher, work / "dev.npz", args.threads, args.runs)}
 
-    def record(name: str, path: Path, built_s: float, meta: dict) -> None:
+    def record(name: str, path: Path, built_s: float, meta: dict) -> dict:
         got = Artifact(path).run(dev)
         c = compare(dev, got, ref)  # fractions; this file records points
         entry = {"file": path.name, "bytes": path.stat().st_size, "accuracy": c["value"] * 100,
@@ -156,9 +168,23 @@ def main() -> None:
         results["variants"][name] = entry
         print(name, json.dumps(entry), flush=True)
         write_json(args.out, results)
+        return entry
+
+    build_variants(model, dev, calib, work, args.only, record)
+    for name, v in results["variants"].items():
+        base = results["variants"].get("tflite_fp32" if name.startswith("tflite") else "onnx_fp32")
+        if base:
+            v["smaller_than_fp32"] = round(base["bytes"] / v["bytes"], 2)
+    write_json(args.out, results)
+
+
+def build_variants(model, dev: dict, calib: dict, work: Path, only: list[str] | None, record) -> None:
+    """Export and quantize each wanted variant with the public verbs, handing each file to `record`."""
+    from edgebert.export import Budget, OnnxExportConfig, TFLiteExportConfig, export
+    from edgebert.quantize import DynamicInt8Config, MixedPrecisionConfig, StaticInt8Config, quantize
 
     def want(name: str) -> bool:
-        return not args.only or name in args.only
+        return not only or name in only
 
     tight = Budget(max_abs_diff=1e-3)
     if any(want(n) for n in ("onnx_fp32", "onnx_dynamic_int8")):
@@ -185,17 +211,12 @@ def main() -> None:
         if want("tflite_full_int8"):
             t = time.time()
             r = quantize(fp32_tfl.path, StaticInt8Config(), out=work / "full_int8.tflite", calibration=calib, eval_data=dev)
-            record("tflite_full_int8", r.path, time.time() - t, r.meta)
-            if results["variants"]["tflite_full_int8"]["accuracy_drop_vs_pytorch"] > 1.0:  # let the search decide
+            full = record("tflite_full_int8", r.path, time.time() - t, r.meta)
+            if full["accuracy_drop_vs_pytorch"] > 1.0:  # let the search decide
                 t = time.time()
                 r = quantize(fp32_tfl.path, MixedPrecisionConfig(budget=Budget(max_metric_drop=0.01)),
                              out=work / "full_int8_mixed.tflite", calibration=calib, eval_data=dev)
                 record("tflite_full_int8_mixed", r.path, time.time() - t, r.meta)
-    for name, v in results["variants"].items():
-        base = results["variants"].get("tflite_fp32" if name.startswith("tflite") else "onnx_fp32")
-        if base:
-            v["smaller_than_fp32"] = round(base["bytes"] / v["bytes"], 2)
-    write_json(args.out, results)
 
 
 if __name__ == "__main__":

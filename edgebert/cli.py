@@ -66,7 +66,7 @@ def _compile(args: argparse.Namespace) -> None:
     if args.recipe and args.quick:
         raise EdgebertError("--quick picks the packaged quick recipe: pass either a RECIPE or --quick")
     source = Path(args.recipe) if args.recipe else RECIPES / ("sst2-minilm-quick.toml" if args.quick else "sst2-minilm.toml")
-    recipe = recipes.load(source)
+    recipe = recipes.with_device(recipes.load(source), args.device, args.precision)  # a missing GPU: refused first
     if args.quick:
         print(QUICK_TRADE, file=sys.stderr, flush=True)
     overrides = {name: getattr(args, name) for name in ("model", "teacher", "on_bad_row") if getattr(args, name)}
@@ -115,6 +115,12 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--stages", help="override the recipe's stages, comma-separated")
     comp.add_argument("--on-bad-row", choices=("error", "skip"), help="a malformed data row: stop at it (error, "
                       "the default) or skip, count and warn (overrides the recipe's on_bad_row)")
+    comp.add_argument("--device", help="where the stages train: auto (CUDA, then MPS, then CPU; the default), cpu, "
+                      "cuda, cuda:N or mps. Export and quantization run on the CPU; a resume may change it")
+    comp.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), help="the training forward pass's: "
+                      "auto (the default: bf16 on a CUDA GPU that has it, else fp16 with a gradient scaler; fp32 on "
+                      "CPU and MPS), or one of them (fp16: CUDA only). Stages trained in another precision are not "
+                      "resumed")
     comp.add_argument("--resume", action="store_true", help="continue an existing output folder")
     comp.add_argument("--force", action="store_true", help="delete an existing output folder first")
     comp.add_argument("--no-bench", action="store_true", help="skip the local benchmark of the bundle")

@@ -119,3 +119,16 @@ def test_quick_says_what_it_trades_away(tmp_path):
     proc = _edgebert("compile", "--quick", "--out", tmp_path / "out", "--data", tmp_path)  # no data: stops early
     assert proc.returncode == 2 and "sst2" in proc.stderr.splitlines()[-1]
     assert "--quick trains on 3,000 SST-2 sentences" in proc.stderr and "not a model to ship" in proc.stderr
+
+
+@pytest.mark.parametrize("flags", [["--device", "cuda"], ["--device", "cuda:3"], ["--device", "mps"],
+                                   ["--device", "gpu"], ["--precision", "fp16"]])
+def test_a_device_this_machine_lacks_is_one_line_before_any_work(flags, tmp_path):
+    import torch
+
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = _edgebert("compile", "--out", tmp_path / "out", *flags)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("edgebert: error: ")
+    assert not (tmp_path / "out").exists()

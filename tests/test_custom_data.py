@@ -105,7 +105,7 @@ def table(files, **fields) -> str:
 @pytest.mark.parametrize("fields, message", [
     (dict(label="lable"), 'data.label: column "lable" not in reviews.csv (columns: sentence, label)'),
     (dict(pair="question"), 'data.pair: column "question" not in reviews.csv'),
-    (dict(train="nowhere.csv"), "data.train: nowhere.csv not found; check the path"),
+    (dict(train="nowhere.csv"), "data.train: nowhere.csv not found (no "),
     (dict(train=None), "data.train: missing; name your training file"),
     (dict(train="notes.txt"), "data.train: notes.txt is not a .csv, .tsv or .jsonl file"),
     (dict(kind="ner"), "data.kind: unknown kind 'ner'; use one of classification, pair-classification, regression"),
@@ -117,6 +117,17 @@ def test_data_table_mistakes_name_the_field(files, fields, message):
     with pytest.raises(EdgebertError) as e:
         load_data(recipes.parse(table(files, **fields)).data, seed=0)
     assert message in str(e.value)
+
+
+def test_a_recipe_file_reads_its_data_beside_it_wherever_compile_runs(files, tmp_path, monkeypatch):
+    (files / "recipe.toml").write_text('[data]\ntrain = "reviews.csv"\ntext = "sentence"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    recipe = recipes.load(files / "recipe.toml")
+    assert recipe.data.train == str(files / "reviews.csv")
+    train, dev, sources = load_data(recipe.data, seed=0)
+    assert len(train) + len(dev) == 40
 
 
 def test_task_and_data_table_together_is_refused(files):

@@ -10,7 +10,7 @@ from edgebert.data import TaskData
 from edgebert.errors import EdgebertError
 from edgebert.model import HeadConfig, build
 from edgebert.passes import DistillConfig, TeacherCache, TrainConfig, distill, mlm_accuracy, pretraining_data
-from edgebert.passes.distill import DistillObjective
+from edgebert.passes.distill import DistillObjective, cached_collate
 from edgebert.passes.student import default_layers, init_student, resolve_layer_map
 from edgebert.passes.train import collate
 
@@ -54,9 +54,9 @@ def test_cached_and_online_teacher_give_the_same_loss(tmp_path):
     cfg = config(hidden_weight=1.0)
     layer_map = resolve_layer_map(student, teacher, None)
     cache = TeacherCache.build(teacher, data, sorted(layer_map.values()), tmp_path, progress=False)
-    batch = collate(student, data[:8], range(8))
-    cached = DistillObjective(student, teacher, cfg, layer_map, cache)(batch)
-    online = DistillObjective(student, teacher, cfg, layer_map, None)(batch)
+    objective = DistillObjective(student, teacher, cfg, layer_map)
+    cached = objective(cached_collate(student, cache)(data[:8], range(8), 0))
+    online = objective(collate(student, data[:8], range(8)))
     assert torch.allclose(cached, online, rtol=1e-2)  # hidden states are cached in float16
 
 
@@ -66,10 +66,10 @@ def test_intermediate_losses_vanish_for_an_identical_student(weights):
     teacher, data = tiny_model(), tiny_data(8)
     batch = collate(teacher, data, range(8))
     kw = dict(logit_weight=0.0, layer_map={i: i for i in range(5)}, **weights)
-    same = DistillObjective(copy.deepcopy(teacher), teacher, config(**kw), kw["layer_map"], None)(batch)
+    same = DistillObjective(copy.deepcopy(teacher), teacher, config(**kw), kw["layer_map"])(batch)
     assert float(same.detach()) < 1e-7
     narrow = init_student(teacher, heads=2, ffn=32)  # unequal head counts: head-averaged attention
-    assert float(DistillObjective(narrow, teacher, config(**kw), kw["layer_map"], None)(batch).detach()) > 1e-6
+    assert float(DistillObjective(narrow, teacher, config(**kw), kw["layer_map"])(batch).detach()) > 1e-6
 
 
 def test_narrower_hidden_student_gets_a_projection(tmp_path):
@@ -77,7 +77,7 @@ def test_narrower_hidden_student_gets_a_projection(tmp_path):
     student = build(tiny_model().config.__class__(**{**teacher.config.to_dict(), "hidden_size": 16, "head_size": None,
                                                      "num_heads": 2, "num_layers": 2}), HeadConfig(num_labels=2))
     cfg = config(hidden_weight=1.0, value_weight=1.0, relation_heads=2, cache_dir=str(tmp_path))
-    objective = DistillObjective(student, teacher, cfg, resolve_layer_map(student, teacher, None), None)
+    objective = DistillObjective(student, teacher, cfg, resolve_layer_map(student, teacher, None))
     assert set(objective.projections) == {"1", "2"}
     record = distill(student, cfg, TaskData(data, data[:16]), teacher=teacher).record
     assert "accuracy" in record.metrics

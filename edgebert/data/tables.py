@@ -232,7 +232,8 @@ def _columns(path: Path) -> list[str]:
 def _file(config: DataConfig, key: str) -> Path:
     path = Path(getattr(config, key))
     if not path.is_file():
-        raise EdgebertError(f"data.{key}: {path} not found; check the path (relative to {Path.cwd()})")
+        raise EdgebertError(f"data.{key}: {path} not found (no {path.resolve()}); check the path (in a recipe "
+                            "file, relative to that file)")
     columns = _columns(path)  # none: an empty file, which load_table reports as holding no examples
     for field in ("text", "pair", "label"):
         column = getattr(config, field)

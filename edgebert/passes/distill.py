@@ -44,8 +44,8 @@ from .losses import attention_kl, output_loss, soft_loss, value_relation_kl
 from .pretrain import mlm_accuracy, mlm_collate
 from .student import init_student, resolve_layer_map
 from .teacher import TeacherCache
-from .train import (Objective, Result, Runtime, TrainConfig, fingerprint, measure, reported, task_evaluator,
-                    train)
+from .train import (CPU, Accelerator, Objective, Result, TrainConfig, collate, fingerprint, measure, place, reported,
+                    task_evaluator, train)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,11 +91,10 @@ class DistillConfig(Config):
 
 
 class DistillObjective(Objective):
-    def __init__(self, student: nn.Module, teacher: nn.Module, config: DistillConfig, layer_map: dict[int, int],
-                 cache: TeacherCache | None):
+    def __init__(self, student: nn.Module, teacher: nn.Module, config: DistillConfig, layer_map: dict[int, int]):
         super().__init__(student)
-        object.__setattr__(self, "teacher", teacher)  # not a submodule: never trained, saved or DDP-synced
-        self.config, self.layer_map, self.cache = config, layer_map, cache
+        object.__setattr__(self, "teacher", teacher)  # not a submodule: never trained, saved, DDP-synced or moved
+        self.config, self.layer_map = config, layer_map
         s_width = encoder_of(student).config.hidden_size
         t_width = encoder_of(teacher).config.hidden_size
         self.projections = nn.ModuleDict({
@@ -105,9 +104,8 @@ class DistillObjective(Objective):
         self.qkv = {s for s in layer_map if s > 0} if attn else set()
 
     def _teacher(self, batch):
-        if self.cache is not None:
-            logits, hidden = self.cache.lookup(batch["index"].tolist(), batch["input_ids"].shape[1])
-            return logits, {"hidden": hidden}
+        if "teacher_logits" in batch:  # looked up in the cache by `cached_collate`
+            return batch["teacher_logits"], {"hidden": batch["teacher_hidden"]}
         t_hidden = {self.layer_map[s] for s in self.hidden}
         t_qkv = {self.layer_map[s] for s in self.qkv}
         with torch.no_grad(), capture(self.teacher, t_hidden, t_qkv) as states:
@@ -160,6 +158,18 @@ class DistillObjective(Objective):
         return loss
 
 
+def cached_collate(student: nn.Module, cache: TeacherCache):
+    """collate_fn(items, indices, step) for train(): padded batches carrying the teacher's cached outputs, so they
+    move to the device with the batch."""
+
+    def collate_fn(items, indices, step):
+        batch = collate(student, items, indices)
+        batch["teacher_logits"], batch["teacher_hidden"] = cache.lookup(list(indices), batch["input_ids"].shape[1])
+        return batch
+
+    return collate_fn
+
+
 def _check_pair(student: nn.Module, teacher: nn.Module) -> None:
     if type(student) is not type(teacher):
         raise EdgebertError(f"student is a {type(student).__name__} but the teacher a {type(teacher).__name__}: "
@@ -206,23 +216,23 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
         train_data = augment(data.train, teacher, data.tokenizer, config.augment)
         augmented = {"augmented": train_data.summary}
     mlm = isinstance(student, MaskedLM)
+    if mlm and data.tokenizer is None:
+        raise EdgebertError("distilling a MaskedLM masks tokens: pass TaskData(..., tokenizer=)")
     online = mlm or bool(config.attention_weight or config.value_weight)
-    cache = None
-    if not online:
+    accelerator, cache = Accelerator.current(config.train), None
+    if online:
+        collate_fn = mlm_collate(data.tokenizer, config.mlm_probability, config.train.seed) if mlm else None
+    else:
         root = Path(config.cache_dir) if config.cache_dir else Path(work_dir or ".") / "teacher-cache"
         hidden = sorted({layer_map[s] for s in layer_map}) if config.hidden_weight else []
-        runtime = Runtime.current()
-        if not runtime.main:  # under torchrun, rank 0 computes the cache and the others read it
-            runtime.barrier()
-        cache = TeacherCache.build(teacher, train_data, hidden, root, progress=config.train.progress and runtime.main)
-        if runtime.main:
-            runtime.barrier()
-    objective = DistillObjective(student, teacher, config, layer_map, cache)
-    collate_fn = None
-    if mlm:
-        if data.tokenizer is None:
-            raise EdgebertError("distilling a MaskedLM masks tokens: pass TaskData(..., tokenizer=)")
-        collate_fn = mlm_collate(data.tokenizer, config.mlm_probability, config.train.seed)
+        if not accelerator.main:  # under torchrun, rank 0 computes the cache and the others read it
+            accelerator.barrier()
+        cache = TeacherCache.build(teacher, train_data, hidden, root, progress=config.train.progress and
+                                   accelerator.main, device=accelerator.device)
+        if accelerator.main:
+            accelerator.barrier()
+        collate_fn = cached_collate(student, cache)
+    objective = DistillObjective(student, teacher, config, layer_map)
     # where the cache lives changes no output (its folder's name, the cache's own key, is in this key)
     options = {k: v for k, v in config.key().items() if k != "cache_dir"}
     key = fingerprint("distill", options, describe(student), describe(teacher), cache and cache.folder.name)
@@ -232,10 +242,15 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
                                                     probability=config.mlm_probability)), "mlm_accuracy"
     else:
         evaluator, metric = task_evaluator(student, choose_on)
-    result = train(objective, train_data, config=config.train, collate_fn=collate_fn, evaluator=evaluator,
-                   metric=metric, work_dir=work_dir, key=key, name="distill")
+    if online:  # it runs beside the student
+        accelerator.place(teacher)
+    try:
+        result = train(objective, train_data, config=config.train, collate_fn=collate_fn, evaluator=evaluator,
+                       metric=metric, work_dir=work_dir, key=key, name="distill")
+    finally:
+        place(teacher, CPU)
     metrics, chosen = (result.metrics, {}) if mlm else reported(result.model, data, result.metrics)
-    details = {"history": result.history, "layer_map": layer_map,
+    details = {"history": result.history, **result.ran_on, "layer_map": layer_map,
                "teacher_cache": str(cache.folder) if cache else None, **chosen, **augmented}
     return Result(result.model, measure("distill", result.model, metrics=metrics, wall_s=result.wall_s,
                                         steps=result.steps, details=details))

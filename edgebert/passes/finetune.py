@@ -60,5 +60,6 @@ def finetune(model: TaskModel, config: FinetuneConfig, data: TaskData, *, teache
     result = train(TaskObjective(model), data.train, config=config.train, evaluator=evaluator, metric=metric,
                    work_dir=work_dir, key=fingerprint("finetune", config.key()), name="finetune")
     metrics, chosen = reported(result.model, data, result.metrics)
+    details = {"history": result.history, **result.ran_on, **chosen}
     return Result(result.model, measure("finetune", result.model, metrics=metrics, wall_s=result.wall_s,
-                                        steps=result.steps, details={"history": result.history, **chosen}))
+                                        steps=result.steps, details=details))

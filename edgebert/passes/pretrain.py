@@ -20,7 +20,7 @@ from ..data import IGNORE, MLMCollator, TaskData, nsp_pairs
 from ..errors import EdgebertError
 from ..model import MaskedLM
 from ..tokenizer import encode
-from .train import Objective, Result, TrainConfig, fingerprint, lengths_of, measure, train
+from .train import Objective, Result, TrainConfig, device_of, fingerprint, lengths_of, measure, place, train
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,12 +93,13 @@ def mlm_accuracy(model: MaskedLM, dataset: Sequence, tokenizer, *, probability: 
     collate_fn = mlm_collate(tokenizer, probability, seed)
     was_training = model.training
     model.eval()
+    device = device_of(model)
     correct = total = 0
     loss = 0.0
     order = sorted(range(len(dataset)), key=lengths_of(dataset).__getitem__)
     for n, start in enumerate(range(0, len(order), batch_size)):
         idx = order[start : start + batch_size]
-        batch = collate_fn([dataset[i] for i in idx], idx, n)
+        batch = place(collate_fn([dataset[i] for i in idx], idx, n), device)
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         mlm = out[0] if isinstance(out, tuple) else out
         picked = batch["labels"] != IGNORE
@@ -128,4 +129,4 @@ def pretrain(model: MaskedLM, config: PretrainConfig, data: TaskData, *, teacher
                    evaluator=evaluator, metric="mlm_accuracy" if evaluator else None, work_dir=work_dir,
                    key=fingerprint("pretrain", config.key()), name="pretrain")
     return Result(result.model, measure("pretrain", result.model, metrics=result.metrics, wall_s=result.wall_s,
-                                        steps=result.steps, details={"history": result.history}))
+                                        steps=result.steps, details={"history": result.history, **result.ran_on}))

@@ -338,10 +338,11 @@ def _cut(model: nn.Module, scores: Importance, config: PruneConfig, share: float
 
 def _details(before: Record, start: dict, model: nn.Module, rounds: list[dict], fractions: dict,
              sparsity: float) -> dict:
+    last = rounds[-1] if rounds else {}  # its recovery's validation figures, device and precision
     details = {"before": {"params": before.params, "bytes": before.bytes, "flops_128": before.flops_128, **start},
                "after": _shape(model), "rounds": rounds, "head_fraction": fractions["heads"],
                "ffn_fraction": fractions["ffn"],
-               **({"validation": rounds[-1]["validation"]} if rounds and "validation" in rounds[-1] else {})}
+               **{k: last[k] for k in ("validation", "device", "precision") if k in last}}
     if sparsity:
         details["unstructured_sparsity"] = sparsity
         details["note"] = ("unstructured zeros shrink a compressed file only; dense kernels run them at full cost, "
@@ -383,14 +384,14 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
         if config.int4_words is not None:
             word = embeddings(model).word
             word.weight.data = int4_grid(word.weight, config.int4_words)
-        round_wall, round_steps, chosen = 0.0, 0, {}
+        round_wall, round_steps, chosen, ran_on = 0.0, 0, {}, {}
         if config.recovery is not None and config.recovery.train.steps:
             rec = distill(model, recovery, data, teacher=teacher,
                           work_dir=folder / "recovery" if folder else None).record
-            metrics, round_wall, round_steps = rec.metrics, rec.wall_s, rec.steps
+            metrics, round_wall, round_steps, ran_on = rec.metrics, rec.wall_s, rec.steps, rec.ran_on
             chosen = {"validation": rec.details["validation"]} if "validation" in rec.details else {}
         wall, steps = wall + round_wall, steps + round_steps
-        rounds.append({"round": r, **_shape(model), "metrics": metrics, **chosen})
+        rounds.append({"round": r, **_shape(model), "metrics": metrics, **chosen, **ran_on})
         if folder is not None:
             checkpoint.save(model, folder / "model")
             (folder / "round.json").write_text(json.dumps({"round": rounds[-1], "original": original,

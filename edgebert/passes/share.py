@@ -251,7 +251,7 @@ def share(model: nn.Module, config: ShareConfig, data: TaskData | None, *, teach
         rec = distill(model, config.recovery, data, teacher=teacher,
                       work_dir=Path(work_dir) / "recovery" if work_dir else None).record
         metrics, wall, steps = rec.metrics, rec.wall_s, rec.steps
-        details["history"] = rec.details["history"]
+        details.update(history=rec.details["history"], **rec.ran_on)
     details["note"] = "sharing lowers parameters and bytes, not FLOPs: every layer still runs"
     record = measure("share", model, metrics=metrics, wall_s=wall, steps=steps, details=details)
     record.details["saved_params"] = before.params - record.params

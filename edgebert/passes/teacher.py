@@ -1,5 +1,6 @@
 """The teacher cache: a teacher's logits and hidden states computed once per (teacher, data, layers),
-so every student epoch costs only the student."""
+so every student epoch costs only the student. They are computed on the training device, in float32,
+and stored on disk; a lookup gives CPU tensors that travel to the device with their batch."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from torch import nn
 from ..errors import EdgebertError, disk_full
 from ..model import TaskModel, describe, encoder_of
 from .capture import capture
-from .train import collate
+from .train import CPU, collate, device_of, place
 
 
 class TeacherCache:
@@ -53,8 +54,9 @@ class TeacherCache:
     @classmethod
     @torch.no_grad()
     def build(cls, teacher: nn.Module, dataset: Sequence, hidden: list[int], root: Path, *,
-              batch_size: int = 128, progress: bool = True) -> TeacherCache:
-        """Load the cache for (teacher, data, hidden layers) from `root`, computing it if absent."""
+              batch_size: int = 128, progress: bool = True, device: torch.device = CPU) -> TeacherCache:
+        """Load the cache for (teacher, data, hidden layers) from `root`, computing it on `device` if absent (the
+        teacher is back on the CPU after)."""
         folder = root / cls.key(teacher, dataset, hidden)
         if (folder / "meta.json").exists():
             return cls(folder)
@@ -74,8 +76,8 @@ class TeacherCache:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            _fill(teacher, dataset, hidden, tmp, lengths, offsets, logit_offsets, width, token_logits, hidden_size,
-                  batch_size, progress)
+            _fill(place(teacher, device), dataset, hidden, tmp, lengths, offsets, logit_offsets, width, token_logits,
+                  hidden_size, batch_size, progress)
             os.replace(tmp, folder)
         except OSError as e:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -88,6 +90,8 @@ class TeacherCache:
         except BaseException:  # Ctrl-C, a failing batch: nothing half-written stays behind
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            place(teacher, CPU)
         return cls(folder)
 
     def lookup(self, indices: Sequence[int], length: int) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
@@ -126,18 +130,20 @@ def _fill(teacher, dataset, hidden, tmp: Path, lengths, offsets, logit_offsets, 
     logits = _memmap(tmp / "logits.npy", np.float32, (int(logit_offsets[-1]), width))
     states = {i: _memmap(tmp / f"hidden_{i}.npy", np.float16, (int(offsets[-1]), hidden_size)) for i in hidden}
     order = np.argsort(lengths, kind="stable")
+    device = device_of(teacher)
     for start in tqdm(range(0, len(order), batch_size), desc="teacher cache",
                       disable=None if progress else True):  # None: only on a terminal
         idx = order[start : start + batch_size].tolist()
-        batch = collate(teacher, [dataset[i] for i in idx], idx)
+        batch = place(collate(teacher, [dataset[i] for i in idx], idx), device)
         with capture(teacher, set(hidden), set()) as captured:
             out = teacher(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        out, hidden_states = place((out, captured["hidden"]), CPU)
         for j, i in enumerate(idx):
             n = lengths[i]
             if width:
                 logits[logit_offsets[i] : logit_offsets[i + 1]] = (out[j, :n] if token_logits else out[j]).numpy()
             for layer in hidden:
-                states[layer][offsets[i] : offsets[i + 1]] = captured["hidden"][layer][j, :n].numpy()
+                states[layer][offsets[i] : offsets[i + 1]] = hidden_states[layer][j, :n].numpy()
     logits.flush()
     for s in states.values():
         s.flush()

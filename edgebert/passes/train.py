@@ -5,6 +5,9 @@ loss and whose `.model` is what the pass returns); this loop does the rest. Its 
 optimizer, scheduler, step, RNG) is written to `work_dir` every `save_every` steps, so re-running
 the same call after a kill continues where it stopped and ends with the same weights.
 
+Where it runs is the `Accelerator`'s business (device, precision, rank), not the passes': it places the
+objective and each batch on the device (`TrainConfig.device`), runs the forward pass under autocast
+(`TrainConfig.precision`), and hands the model back on the CPU, where export and quantization work.
 Under `torchrun` (WORLD_SIZE > 1) the objective is wrapped in DistributedDataParallel and every
 global batch of `batch_size` examples is split across the ranks, so the loss curve matches a
 single process with the same global batch.
@@ -18,11 +21,13 @@ import math
 import os
 import pickle
 import random
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -59,6 +64,10 @@ class TrainConfig(Config):
     chunk_batches: int = 100  # length bucketing: batches are sorted by length within chunks this big
     progress: bool = True
     ema: float = 0.0  # > 0: evaluate, keep and return the weights' moving average (this decay a step), not the last
+    device: str = "auto"  # auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps
+    # the forward pass's: bf16 or fp16 autocast (fp16 with a gradient scaler, CUDA only), or fp32; auto: bf16 on a
+    # CUDA GPU that has it, else fp16 on CUDA, fp32 on CPU and MPS
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
 
     def __post_init__(self):
         for name in ("steps", "batch_size"):
@@ -68,6 +77,16 @@ class TrainConfig(Config):
             raise EdgebertError(f"TrainConfig.lr must be positive, got {self.lr}")
         if not 0 <= self.ema < 1:
             raise EdgebertError(f"TrainConfig.ema is a decay in [0, 1) (0 = off; 0.999 is usual), got {self.ema}")
+        check_device(self.device)
+
+    def key(self) -> dict:
+        """What the trained weights depend on: the precision as resolved on this machine, left out at fp32 as in
+        the runs cached before it (an fp32 and a bf16 run differ), and never the device (a CUDA run resumes a
+        CPU run's stages)."""
+        key = super().key()
+        del key["device"], key["precision"]
+        precision = Accelerator.resolve(self.device)[1] if self.precision == "auto" else self.precision
+        return key if precision == "fp32" else {**key, "precision": precision}
 
 
 class Objective(nn.Module):
@@ -97,6 +116,11 @@ class Record:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def ran_on(self) -> dict:
+        """The device and precision a training pass's details say it used (a pass that trains others: theirs)."""
+        return {k: self.details[k] for k in ("device", "precision") if k in self.details}
+
 
 @dataclass
 class Result:
@@ -114,6 +138,41 @@ def measure(name: str, model: nn.Module, *, metrics: dict | None = None, wall_s:
     c = model.config
     return Record(name, params(model)["total"], nbytes(model), flops(c, min(128, c.max_length), labels),
                   dict(metrics or {}), round(wall_s, 2), steps, dict(details or {}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Devices
+
+CPU = torch.device("cpu")
+DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def check_device(device: str) -> None:
+    if not DEVICE.fullmatch(device):
+        raise EdgebertError(f"unknown device {device!r}: use auto, cpu, cuda, cuda:N (the GPU's index) or mps")
+
+
+def place(value, device: torch.device):
+    """`value` (a module, moved in place; a tensor; dicts, lists and tuples of them) on `device`: the one way
+    a pass moves anything. Tensors bound for a CUDA GPU go through pinned memory, so the copy is asynchronous."""
+    if isinstance(value, nn.Module):
+        return value.to(device)
+    if isinstance(value, torch.Tensor):
+        if value.device == device:
+            return value
+        if device.type == "cuda" and value.device.type == "cpu":
+            return value.pin_memory().to(device, non_blocking=True)
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: place(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(place(v, device) for v in value)
+    return value
+
+
+def device_of(model: nn.Module) -> torch.device:
+    """Where `model`'s weights are: evaluation runs its batches there."""
+    return next(model.parameters()).device
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,15 +209,17 @@ def task_of(model: nn.Module, dataset: Sequence) -> Task:
 
 @torch.no_grad()
 def predict(model: nn.Module, dataset: Sequence, *, batch_size: int = 64) -> list[torch.Tensor]:
-    """Model outputs for every item in dataset order, batched by length for speed."""
+    """Model outputs (on the CPU) for every item in dataset order, batched by length for speed, computed in
+    float32 where the model is."""
     was_training = model.training
     model.eval()
+    device = device_of(model)
     order = np.argsort(lengths_of(dataset), kind="stable")
     outputs: list[torch.Tensor | None] = [None] * len(dataset)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size].tolist()
-        batch = collate(model, [dataset[i] for i in idx], idx)
-        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        batch = place(collate(model, [dataset[i] for i in idx], idx), device)
+        out = place(model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]), CPU)
         lengths = batch["attention_mask"].sum(1).tolist()
         for j, i in enumerate(idx):
             outputs[i] = out[j, : lengths[j]] if out.dim() == 3 else out[j]
@@ -218,29 +279,71 @@ class TrainResult:
     history: list  # [step, mean loss since the last entry, metrics or None]
     steps: int
     wall_s: float
+    ran_on: dict  # the device and precision it trained in
+
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
-class Runtime:
-    """Where the loop runs: this process's rank among `world` (torchrun), its device and the precision of
-    the forward pass. The loop asks this object for each of them, so running elsewhere (another device,
-    autocast) is a change here only."""
+class Accelerator:
+    """Where and how the loop runs: this process's rank among `world` (torchrun), its device and the
+    precision of the forward pass. The loop and the passes ask this object and never spell any of them out."""
 
     rank: int = 0
     world: int = 1
-    device: torch.device = torch.device("cpu")
+    device: torch.device = CPU
+    precision: str = "fp32"  # resolved: fp32, bf16 or fp16
 
     @classmethod
-    def current(cls) -> "Runtime":
-        """This process's: it joins the process group (gloo) when launched by torchrun."""
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-            dist.init_process_group("gloo")
-        return cls(dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else cls()
+    def current(cls, config: TrainConfig) -> "Accelerator":
+        """This process's, on `config`'s device and precision. Launched by torchrun, it joins the process group
+        (NCCL on CUDA, gloo elsewhere), and `cuda` means this process's own GPU, cuda:LOCAL_RANK."""
+        device, precision = cls.resolve(config.device, config.precision)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            if device.type == "cuda" and device.index is None:
+                device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+                torch.cuda.set_device(device)
+            if not dist.is_initialized():
+                dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        rank = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        return cls(*rank, device, precision)
+
+    @staticmethod
+    def resolve(device: str = "auto", precision: str = "auto") -> tuple[torch.device, str]:
+        """(device, fp32 | bf16 | fp16) that `device` and `precision` name on this machine; one EdgebertError
+        for what it lacks."""
+        check_device(device)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+        where = torch.device(device)
+        if where.type == "cuda" and not torch.cuda.is_available():
+            raise EdgebertError(f"device {device!r}: PyTorch sees no CUDA GPU on this machine (a CPU-only torch, or "
+                                "no driver): train on cpu, or auto")
+        if where.type == "cuda" and (where.index or 0) >= torch.cuda.device_count():
+            raise EdgebertError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                                f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        if where.type == "mps" and not torch.backends.mps.is_available():
+            raise EdgebertError(f"device {device!r}: PyTorch sees no Apple GPU (MPS) on this machine: train on cpu, "
+                                "or auto")
+        cuda_bf16 = where.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+        if precision == "auto":
+            precision = "bf16" if cuda_bf16 else "fp16" if where.type == "cuda" else "fp32"
+        if precision == "fp16" and where.type != "cuda":
+            raise EdgebertError(f"precision 'fp16' trains with a gradient scaler, on a CUDA GPU only: on {where.type} "
+                                "use bf16 or fp32")
+        if precision == "bf16" and where.type == "cuda" and not cuda_bf16:
+            raise EdgebertError(f"precision 'bf16': the GPU {device!r} has no bfloat16 arithmetic: use fp16 or auto")
+        return where, precision
 
     @property
     def main(self) -> bool:
         """Rank 0: the process that writes files and shows progress."""
         return self.rank == 0
+
+    def place(self, value):
+        """`value` (a module, tensors) on this device: see `place`."""
+        return place(value, self.device)
 
     def shard(self, indices: list[int]) -> list[int]:
         """This rank's share of a global batch."""
@@ -248,11 +351,17 @@ class Runtime:
 
     def wrap(self, objective: nn.Module) -> nn.Module:
         """What the loop calls: the objective, under DistributedDataParallel across ranks."""
-        return nn.parallel.DistributedDataParallel(objective) if self.world > 1 else objective
+        ids = [self.device] if self.device.type == "cuda" else None  # one GPU per process
+        return nn.parallel.DistributedDataParallel(objective, device_ids=ids) if self.world > 1 else objective
+
+    def scaler(self) -> torch.amp.GradScaler:
+        """fp16's gradient scaler (its small range underflows small gradients); a pass-through otherwise."""
+        return torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
 
     def loss(self, runner: nn.Module, batch: dict) -> torch.Tensor:
-        """One batch's loss, in float32 on the CPU (where a device transfer and autocast belong)."""
-        return runner(batch)
+        """One batch's loss: the batch moved to the device, the forward pass under autocast, the loss in float32."""
+        with torch.autocast(self.device.type, dtype=AUTOCAST.get(self.precision), enabled=self.precision != "fp32"):
+            return runner(self.place(batch)).float()
 
     def mean(self, value: torch.Tensor) -> torch.Tensor:
         """The mean of `value` over the ranks."""
@@ -323,8 +432,10 @@ class _Run:
     """One call's training state: the optimizer and its schedule, the weights' moving average, the loss
     history and the best model so far; saved to `work` so a killed run resumes where it stopped."""
 
-    def __init__(self, objective: Objective, config: TrainConfig, runtime: Runtime, work: Path | None, key: str):
-        self.objective, self.config, self.runtime, self.work, self.key = objective, config, runtime, work, key
+    def __init__(self, objective: Objective, config: TrainConfig, accelerator: Accelerator, work: Path | None,
+                 key: str):
+        self.objective, self.config, self.accelerator, self.work, self.key = objective, config, accelerator, work, key
+        self.scaler = accelerator.scaler()
         self.optimizer = torch.optim.AdamW(param_groups(objective, config.weight_decay), lr=config.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _schedule(config))
         # an exponential moving average of the weights (Polyak averaging) wanders less than the last step's
@@ -344,7 +455,7 @@ class _Run:
         if self.state_file is None or not self.state_file.exists():
             return
         try:
-            state = torch.load(self.state_file, map_location=self.runtime.device, weights_only=True)
+            state = torch.load(self.state_file, map_location=CPU, weights_only=True)  # RNG states live there
         except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as e:  # truncated or foreign file
             raise EdgebertError(f"{self.state_file} cannot be read ({type(e).__name__}): delete it to start over") \
                 from None
@@ -356,36 +467,42 @@ class _Run:
         self.scheduler.load_state_dict(state["scheduler"])
         if self.average is not None:
             self.average.load_state_dict(state["average"])
+        if self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["scaler"])
         _set_rng_state(state["rng"])
         self.step, self.history, self.best = state["step"], state["history"], state["best"]
         self.best_metrics, self.spent = state["best_metrics"], state["wall_s"]
 
     def save(self, step: int) -> None:
-        if self.state_file is None or not self.runtime.main:
+        if self.state_file is None or not self.accelerator.main:
             return
         self.work.mkdir(parents=True, exist_ok=True)
         average = {"average": self.average.state_dict()} if self.average is not None else {}
+        scaler = {"scaler": self.scaler.state_dict()} if self.scaler.is_enabled() else {}
         _atomic_torch_save({"key": self.key, "objective": self.objective.state_dict(),
                             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                            "rng": _rng_state(), "step": step, **average, "history": self.history, "best": self.best,
-                            "best_metrics": self.best_metrics, "wall_s": self.wall_s()}, self.state_file)
+                            "rng": _rng_state(), "step": step, **average, **scaler, "history": self.history,
+                            "best": self.best, "best_metrics": self.best_metrics, "wall_s": self.wall_s()},
+                           self.state_file)
 
     def wall_s(self) -> float:
         return self.spent + time.time() - self.started
 
     def update(self, runner: nn.Module, batch: dict) -> float:
         """One optimizer step on `batch`; the loss, averaged over the ranks."""
-        loss = self.runtime.loss(runner, batch)
+        loss = self.accelerator.loss(runner, batch)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.scale(loss).backward()
         if self.config.clip:
+            self.scaler.unscale_(self.optimizer)  # the clip is on the true gradients
             torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
                                            self.config.clip)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
+        self.scaler.update()
         self.scheduler.step()
         if self.average is not None:
             self.average.update_parameters(self.objective.model)
-        return float(self.runtime.mean(loss.detach()))
+        return float(self.accelerator.mean(loss.detach()))
 
     def evaluate(self, evaluator: Callable[[nn.Module], dict], metric: str) -> dict:
         """The scored model's metrics, keeping it when it is the best so far."""
@@ -394,7 +511,7 @@ class _Run:
             self.best, self.best_metrics = metrics[metric], metrics
             if self.work is None:
                 self.best_state = {k: v.clone() for k, v in self.scored.state_dict().items()}
-            elif self.runtime.main:
+            elif self.accelerator.main:
                 checkpoint.save(self.scored, self.work / "best")
         return metrics
 
@@ -410,7 +527,7 @@ class _Run:
         return model
 
 
-def _batches(sampler: BucketBatchSampler, start: int, steps: int, runtime: Runtime):
+def _batches(sampler: BucketBatchSampler, start: int, steps: int, accelerator: Accelerator):
     """(step, this rank's example indices) for the steps from `start`; the sampler reshuffles each epoch."""
     per_epoch, batches, epoch_of_batches = len(sampler), None, -1
     for step in range(start, steps):
@@ -418,12 +535,12 @@ def _batches(sampler: BucketBatchSampler, start: int, steps: int, runtime: Runti
         if epoch != epoch_of_batches:
             sampler.set_epoch(epoch)
             batches, epoch_of_batches = list(sampler), epoch
-        yield step, runtime.shard(batches[position])
+        yield step, accelerator.shard(batches[position])
 
 
-def _check(config: TrainConfig, dataset: Sequence, runtime: Runtime, evaluator, metric) -> None:
-    if config.batch_size % runtime.world:
-        raise EdgebertError(f"batch_size {config.batch_size} is not divisible by the {runtime.world} processes: "
+def _check(config: TrainConfig, dataset: Sequence, accelerator: Accelerator, evaluator, metric) -> None:
+    if config.batch_size % accelerator.world:
+        raise EdgebertError(f"batch_size {config.batch_size} is not divisible by the {accelerator.world} processes: "
                             "use a multiple of the world size")
     if len(dataset) < config.batch_size:
         raise EdgebertError(f"{len(dataset)} training examples are fewer than one batch of {config.batch_size}: "
@@ -452,10 +569,11 @@ def train(
     by `metric` (higher is better) is returned; with `config.ema` it is the moving average of the
     weights that is evaluated, kept and returned. `key` identifies the run's options: a work
     dir holding a run with another key is refused rather than silently mixed. `name` labels the
-    progress bar.
+    progress bar. The objective trains on `config.device` and is handed back on the CPU.
     """
-    runtime = Runtime.current()
-    _check(config, dataset, runtime, evaluator, metric)
+    accelerator = Accelerator.current(config)
+    _check(config, dataset, accelerator, evaluator, metric)
+    accelerator.place(objective)  # before the optimizer and the moving average are made of its weights
     model = objective.model
     if config.freeze_word_embeddings:
         embeddings(model).word.weight.requires_grad_(False)
@@ -463,20 +581,20 @@ def train(
         def collate_fn(items, indices, step):
             return collate(model, items, indices)
     seed_all(config.seed)
-    run = _Run(objective, config, runtime, Path(work_dir) if work_dir is not None else None,
-               fingerprint(key, config.key(), len(dataset), runtime.world))
+    run = _Run(objective, config, accelerator, Path(work_dir) if work_dir is not None else None,
+               fingerprint(key, config.key(), len(dataset), accelerator.world))
     sampler = BucketBatchSampler(lengths_of(dataset), config.batch_size, seed=config.seed,
                                  chunk_batches=config.chunk_batches, drop_last=True)
     run.resume()
 
-    runner = runtime.wrap(objective)
+    runner = accelerator.wrap(objective)
     run.started = time.time()
     objective.train()
     # disable=None: a bar only on a terminal, so logs and CI output hold no \r frames
-    bar = tqdm(total=config.steps, initial=run.step, disable=None if config.progress and runtime.main else True,
+    bar = tqdm(total=config.steps, initial=run.step, disable=None if config.progress and accelerator.main else True,
                desc=name, dynamic_ncols=True)
     running, count = 0.0, 0
-    for step, indices in _batches(sampler, run.step, config.steps, runtime):
+    for step, indices in _batches(sampler, run.step, config.steps, accelerator):
         value = run.update(runner, collate_fn([dataset[i] for i in indices], indices, step))
         running, count = running + value, count + 1
         bar.update(1)
@@ -486,7 +604,7 @@ def train(
             metrics = run.evaluate(evaluator, metric) if evaluator is not None else None
             run.history.append([done, running / max(count, 1), metrics])
             running, count = 0.0, 0
-            if metrics is not None and config.progress and runtime.main:
+            if metrics is not None and config.progress and accelerator.main:
                 bar.write(f"step {done}: loss {run.history[-1][1]:.4f} {metric} {points(metrics[metric]):.2f}",
                           file=sys.stderr)
         if done % config.save_every == 0 or done == config.steps:
@@ -494,5 +612,8 @@ def train(
     bar.close()
     wall = run.wall_s()
     objective.eval()
-    runtime.barrier()  # rank 0 has written `best` before anyone reads it
-    return TrainResult(run.final(evaluator is not None), run.best_metrics, run.history, config.steps, wall)
+    accelerator.barrier()  # rank 0 has written `best` before anyone reads it
+    model = run.final(evaluator is not None)
+    place(objective, CPU)  # the model and the objective's own modules (distillation projections)
+    return TrainResult(model, run.best_metrics, run.history, config.steps, wall,
+                       {"device": str(accelerator.device), "precision": accelerator.precision})

@@ -27,8 +27,10 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
+from ..config import Config
 from ..data import DataConfig, is_data_file
 from ..errors import EdgebertError
+from ..passes.train import Accelerator, TrainConfig
 from .resources import available_memory, check_memory
 from .search import SearchConfig
 from .stages import STAGES
@@ -161,11 +163,37 @@ def with_stages(recipe: Recipe, stages: list[str]) -> Recipe:
     return replace(recipe, stages=list(stages))
 
 
+def with_device(recipe: Recipe, device: str | None = None, precision: str | None = None) -> Recipe:
+    """The recipe training on `device` in `precision` (the CLI's --device and --precision; None: as its tables
+    say, auto unless they set one): every stage's training options, however deep in its table, get them. Each is
+    resolved here, so a device or precision this machine lacks is refused before any work."""
+
+    def on_device(options):
+        if isinstance(options, TrainConfig):
+            options = options.replace(device=device or options.device, precision=precision or options.precision)
+            Accelerator.resolve(options.device, options.precision)
+            return options
+        inner = {f.name: on_device(getattr(options, f.name)) for f in fields(options)
+                 if isinstance(getattr(options, f.name), Config)}
+        return options.replace(**inner) if inner else options
+
+    return replace(recipe, options={name: on_device(options) for name, options in recipe.options.items()})
+
+
 def load(path: str | Path) -> Recipe:
     path = Path(path)
     if not path.is_file():
         raise EdgebertError(f"recipe {path} does not exist: pass a .toml file (see recipes/)")
-    return parse(path.read_text(), source=str(path))
+    return _beside(parse(path.read_text(), source=str(path)), path.parent)
+
+
+def _beside(recipe: Recipe, folder: Path) -> Recipe:
+    """The recipe with its [data] files read relative to the recipe file's folder, not wherever compile runs."""
+    if recipe.data is None:
+        return recipe
+    files = {key: str(folder / value) for key in ("train", "dev")
+             if (value := getattr(recipe.data, key)) and not Path(value).is_absolute()}
+    return replace(recipe, data=recipe.data.replace(**files)) if files else recipe
 
 
 def build(cls: type, table: dict, prefix: str, *, defaults: dict | None = None):
