@@ -59,10 +59,13 @@ QUICK_TRADE = ("edgebert: --quick trains on 3,000 SST-2 sentences for a few hund
 
 
 def _compile(args: argparse.Namespace) -> None:
+    from .passes.train import Accelerator
     from .pipeline import recipe as recipes
     from .pipeline.compile import compile, summary, summary_data
     from .pipeline.search import parse_budget
 
+    if not Accelerator.process().main:  # one of torchrun's ranks: rank 0 speaks for them all
+        args.output.mute()
     if args.recipe and args.quick:
         raise EdgebertError("--quick picks the packaged quick recipe: pass either a RECIPE or --quick")
     source = Path(args.recipe) if args.recipe else RECIPES / ("sst2-minilm-quick.toml" if args.quick else "sst2-minilm.toml")
@@ -81,7 +84,8 @@ def _compile(args: argparse.Namespace) -> None:
                      bench=False if args.no_bench else None, rebench=args.rebench,
                      on_out=lambda out: args.output.log_to(out / LOG), budget=budget,
                      target=args.target or "local", pick=args.pick or "size")
-    args.output.result = json.dumps(summary_data(bundle), indent=1) if args.json else summary(bundle)
+    if not args.output.muted:
+        args.output.result = json.dumps(summary_data(bundle), indent=1) if args.json else summary(bundle)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -165,7 +169,7 @@ class Output:
     everyone else's, and logging, go to the log."""
 
     def __init__(self, quiet: bool = False, stdout_to_log: bool = False):
-        self.quiet, self.stdout_to_log, self.result = quiet, stdout_to_log, None
+        self.quiet, self.stdout_to_log, self.result, self.muted = quiet, stdout_to_log, None, False
 
     def __enter__(self):
         for stream in (sys.stdout, sys.stderr):
@@ -198,13 +202,18 @@ class Output:
                 if isinstance(handler, logging.StreamHandler) and handler.stream is self.screen_err:
                     handler.setStream(self.streams[1])
 
+    def mute(self) -> None:
+        """Nothing on screen but an error: progress, edgebert's warnings and the result go to the scratch file."""
+        self.muted = True
+        sys.stderr = self.streams[1]
+
     def _point(self, file) -> None:
         self.streams[1].flush()
         for fd in (1, 2):
             os.dup2(file.fileno(), fd)
 
     def _warning(self, message, category, filename, lineno, file=None, line=None):
-        if _ours(filename):
+        if _ours(filename) and not self.muted:
             self.screen_err.write(f"edgebert: warning: {message}\n")
         else:
             self.streams[1].write(warnings.formatwarning(message, category, filename, lineno, line))

@@ -29,7 +29,7 @@ FLOORS = {
     "edgebert.data": 1, "edgebert.stats": 1,
     "edgebert.passes": 2, "edgebert.export": 2, "edgebert.quantize": 2,
     "edgebert.pipeline": 3, "edgebert.bench": 3, "edgebert.targets": 3,
-    "edgebert.cli": 4,
+    "edgebert.cli": 4, "edgebert.__main__": 4,
 }
 # Floor 2 holds three neighbours that stay apart: what one may import from another.
 NEIGHBOURS = {

@@ -23,9 +23,11 @@ import pickle
 import random
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -298,16 +300,26 @@ class Accelerator:
     @classmethod
     def current(cls, config: TrainConfig) -> "Accelerator":
         """This process's, on `config`'s device and precision. Launched by torchrun, it joins the process group
-        (NCCL on CUDA, gloo elsewhere), and `cuda` means this process's own GPU, cuda:LOCAL_RANK."""
+        (`process`), and `cuda` means this process's own GPU, cuda:LOCAL_RANK."""
         device, precision = cls.resolve(config.device, config.precision)
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            if device.type == "cuda" and device.index is None:
-                device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-                torch.cuda.set_device(device)
-            if not dist.is_initialized():
-                dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        rank = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-        return cls(*rank, device, precision)
+        if device.type == "cuda" and device.index is None and cls.launched():
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        return replace(cls.process(), device=device, precision=precision)
+
+    @staticmethod
+    def launched() -> bool:
+        """Whether torchrun started this process as one of several."""
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+    @classmethod
+    def process(cls) -> "Accelerator":
+        """This process's rank and world, on the CPU: what a compile's driver asks, which trains nothing itself.
+        Launched by torchrun, the process joins the process group once: gloo carries CPU tensors and, on a
+        machine with CUDA, NCCL carries GPU ones, so one group serves every stage whatever its device."""
+        if cls.launched() and not dist.is_initialized():
+            dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+        return cls(dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else cls()
 
     @staticmethod
     def resolve(device: str = "auto", precision: str = "auto") -> tuple[torch.device, str]:
@@ -373,6 +385,36 @@ class Accelerator:
     def barrier(self) -> None:
         if self.world > 1:
             dist.barrier()
+
+    def first(self, work: Callable[[], object]):
+        """`work()` done by rank 0 alone while the others wait; every rank gets its result (pickled across),
+        and an EdgebertError it raises is raised on every rank, so a refusal stops them all with its line."""
+        if self.world == 1:
+            return work()
+        outcome = [None, None]  # result, error message
+        if self.main:
+            try:
+                outcome[0] = work()
+            except EdgebertError as e:
+                outcome[1] = str(e)
+        dist.broadcast_object_list(outcome, src=0)
+        if outcome[1] is not None:
+            raise EdgebertError(outcome[1])
+        return outcome[0]
+
+    @contextmanager
+    def output(self, folder: Path):
+        """Where this rank writes what `folder` is to hold: rank 0 into `folder`, atomically (atomic_dir), the
+        others into a scratch folder deleted after: ranks that trained together made the same files, and rank 0's
+        copy is the one kept (the others wait for it at a barrier before reading it)."""
+        from edgebert.device_tests.files import atomic_dir
+
+        if self.main:
+            with atomic_dir(folder) as tmp:
+                yield tmp
+        else:
+            with tempfile.TemporaryDirectory(prefix=f"edgebert-rank{self.rank}-") as tmp:
+                yield Path(tmp)
 
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:

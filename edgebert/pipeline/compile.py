@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgebert.device_tests.files import atomic_dir, sha256
+from edgebert.device_tests.files import sha256
 from edgebert.device_tests.metrics import points
 
 from .. import checkpoint
 from ..errors import EdgebertError, on_disk_full
-from ..passes.train import fingerprint
+from ..passes.train import Accelerator, fingerprint
 from .context import Context, StageRecord, State, context, data_fingerprint, eval_file, log, retokenize, start_model
 from .recipe import Recipe
 from .report import BASELINE_MARGIN, near_baseline
@@ -73,12 +73,19 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
         raise EdgebertError("--rebench asks for fresh timings and --no-bench for none: pass one of them")
     if force and resume:
         raise EdgebertError("--force deletes the output folder and --resume continues it: pass one of them")
+    ranks = Accelerator.process()  # under torchrun: every rank trains, rank 0 alone writes
+    if budget is not None and ranks.world > 1:
+        raise EdgebertError("--budget measures each candidate's latency in one process: run it without torchrun")
     ctx = context(recipe, out, data_dir)  # bad data or recipe fails here, before anything is written
     start, weights = _start_weights(recipe)
     need = 4 * sum(f.stat().st_size for f in weights)  # stage models, ONNX, TFLite, bundle
-    _prepare_out(out, resume=resume, force=force, need=need)
-    if on_out:
-        on_out(out)
+
+    def prepare():
+        _prepare_out(out, resume=resume, force=force, need=need)
+        if on_out:
+            on_out(out)
+
+    ranks.first(prepare)
     key = _start_key(ctx, start, weights)
     found = None
     if budget is None:
@@ -92,10 +99,11 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     bench = True if rebench else recipe.stage(exporter).bench if bench is None else bench
     records = [r.to_dict() for r in stages]
     build = _key(key, bench, records, state.verification, found)  # what the bundle is a function of
-    if not rebench and _current(out / "bundle", build):
+    if not rebench and ranks.first(lambda: _current(out / "bundle", build)):
         log("bundle: up to date, nothing to do (--rebench for fresh timings)")
         return out / "bundle"
-    return build_bundle(ctx, state, stages, out / "bundle", bench=bench, build=build, searched=found)
+    return ranks.first(lambda: build_bundle(ctx, state, stages, out / "bundle", bench=bench, build=build,
+                                            searched=found))
 
 
 def _start_weights(recipe: Recipe) -> tuple[Path, list[Path]]:
@@ -117,7 +125,7 @@ def run_stages(recipe: Recipe, out: str | Path, *, data_dir: str | None = None) 
     out = Path(out).resolve()
     ctx = context(recipe, out, data_dir)
     start, weights = _start_weights(recipe)
-    out.mkdir(parents=True, exist_ok=True)
+    Accelerator.process().first(lambda: out.mkdir(parents=True, exist_ok=True))
     return _run_stages(ctx, start, _start_key(ctx, start, weights))[1]
 
 
@@ -184,19 +192,33 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[StageR
 
 
 def _stage(ctx: Context, state: State, name: str, options, dest: Path, label: str) -> StageRecord:
-    """Stage `name`'s record, from `dest` when it is done already, else from running it into `dest`."""
-    if (dest / "record.json").is_file():
+    """Stage `name`'s record, from `dest` when it is done already, else from running it into `dest`.
+
+    Under torchrun a stage that trains runs on every rank (DistributedDataParallel) and one that does not runs
+    on rank 0 alone; either way rank 0 alone writes `dest`, and the others read it once it is in place, so
+    every rank starts the next stage from the same model."""
+    ranks = Accelerator.process()
+    if ranks.first(lambda: (dest / "record.json").is_file()):  # rank 0's answer: it may write dest any moment
         log(f"{name}{label}: done already ({dest.name})")
     else:
         log(f"{name}{label}: running")
-        t0 = time.time()
-        with on_disk_full(f"disk full while writing stage {name} under {ctx.out}: free space, then re-run with "
-                          "--resume", ctx.out), atomic_dir(dest) as tmp:
-            record = STAGES.get(name).run(ctx, state, options, tmp, ctx.out / "work" / dest.name)
-            record = replace(record, wall_s=record.wall_s or round(time.time() - t0, 1))  # a pass times itself
-            (tmp / "record.json").write_text(json.dumps(record.to_dict(), indent=1, default=str))
-        _warn_near_baseline(record, ctx.sources.get("majority_baseline"))  # once: the summary marks it after
+        stage = STAGES.get(name)
+        if stage.trains is not None and stage.trains(options) is not None:
+            _run_stage(ctx, state, name, options, dest, ranks)
+            ranks.barrier()  # until rank 0's copy is in place
+        else:
+            ranks.first(lambda: _run_stage(ctx, state, name, options, dest, ranks))
     return replace(StageRecord.from_dict(json.loads((dest / "record.json").read_text())), folder=dest.name)
+
+
+def _run_stage(ctx: Context, state: State, name: str, options, dest: Path, ranks: Accelerator) -> None:
+    t0 = time.time()
+    with on_disk_full(f"disk full while writing stage {name} under {ctx.out}: free space, then re-run with "
+                      "--resume", ctx.out), ranks.output(dest) as tmp:
+        record = STAGES.get(name).run(ctx, state, options, tmp, ctx.out / "work" / dest.name)
+        record = replace(record, wall_s=record.wall_s or round(time.time() - t0, 1))  # a pass times itself
+        (tmp / "record.json").write_text(json.dumps(record.to_dict(), indent=1, default=str))
+    _warn_near_baseline(record, ctx.sources.get("majority_baseline"))  # once: the summary marks it after
 
 
 def _warn_near_baseline(record: StageRecord, baseline: dict | None) -> None:
