@@ -95,8 +95,8 @@ def max_length(model, config: ExecuTorchExportConfig) -> int:
     return length
 
 
-def convert(model, config: ExecuTorchExportConfig, spec: InputSpec) -> bytes:
-    """The .pte bytes, the exporters' logs kept out of the console."""
+def convert(model, config: ExecuTorchExportConfig, spec: InputSpec) -> tuple[bytes, int]:
+    """The .pte bytes and the longest input the method takes, the exporters' logs kept out of the console."""
     if importlib.util.find_spec("executorch") is None:
         raise EdgebertError("ExecuTorch export needs the executorch package: pip install 'edgebert[executorch]'")
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -112,7 +112,7 @@ def convert(model, config: ExecuTorchExportConfig, spec: InputSpec) -> bytes:
             warnings.simplefilter("ignore")
             program = _program(model, config, spec, length)
             lowered = to_edge_transform_and_lower({spec.output: program}, partitioner=[XnnpackPartitioner()])
-            return lowered.to_executorch().buffer
+            return lowered.to_executorch().buffer, length
     except EdgebertError:
         raise
     except Exception as e:  # torch.export and the lowering raise many types; the first line names the op
@@ -123,13 +123,13 @@ def convert(model, config: ExecuTorchExportConfig, spec: InputSpec) -> bytes:
 
 def export_executorch(model, config: ExecuTorchExportConfig, spec: InputSpec, out: str | Path) -> dict:
     """Write `out` (atomically) and return its metadata."""
-    data = convert(model, config, spec)
+    data, length = convert(model, config, spec)
     with on_disk_full(f"the disk is full writing {out}: free space there and export again", Path(out).parent):
         with atomic_path(out) as tmp:
             tmp.write_bytes(data)
     return {"format": "executorch", "precision": config.precision, "inputs": list(spec.names), "input_dtype": "int32",
             "outputs": [spec.output], "delegate": "xnnpack", "max_batch": config.max_batch,
-            "max_length": max_length(model, config),
+            "max_length": length,
             "executorch": importlib.metadata.version("executorch")}
 
 
