@@ -105,6 +105,34 @@ def test_float_files_agree_with_pytorch(tiny_checkpoint, tiny_sst2, tmp_path):
     assert check["max_abs_diff"] < 1e-3 and check["agreement"] == 1.0 and check["metric_drop"] == 0
 
 
+def test_the_estimate_is_kept_beside_the_time_taken(finished):
+    """Said before the first stage trained: every stage that ran has its share, the bundle too."""
+    out, bundle = finished
+    time = json.loads((bundle / "manifest.json").read_text())["time"]
+    said = time["estimate"]
+    assert list(said["stages"]) == ["finetune", "distill", "quantize", "export", "bundle"]
+    assert all(s > 0 for s in said["stages"].values()) and said["warmup_s"] > 0
+    assert said["total_s"] == pytest.approx(said["warmup_s"] + sum(said["stages"].values()), abs=0.2)
+    assert said["on"].startswith("cpu") and time["took_s"] > 0
+    assert "estimated" in compiler.summary(bundle)
+
+
+def test_the_estimate_counts_each_stages_work(tiny_checkpoint, tiny_sst2, tmp_path):
+    """Twice the steps of a stage is about twice its training share; a stage that is done costs nothing."""
+    from edgebert.pipeline.context import context
+    from edgebert.pipeline.estimate import estimate
+
+    recipe = _recipe(tiny_checkpoint, stages=["finetune", "distill"])
+    ctx = context(recipe, tmp_path / "out", str(tiny_sst2))
+    once = estimate(ctx, tiny_checkpoint, None, ["finetune", "distill"])
+    longer = recipe.options["finetune"].replace(train=recipe.options["finetune"].train.replace(steps=600))
+    twice = estimate(replace(ctx, recipe=replace(recipe, options={**recipe.options, "finetune": longer})),
+                     tiny_checkpoint, None, ["finetune", "distill"])
+    assert twice.stages["finetune"] > 20 * once.stages["finetune"]  # 600 steps, not 6
+    assert twice.stages["distill"] == pytest.approx(once.stages["distill"], rel=0.5)
+    assert list(estimate(ctx, tiny_checkpoint, None, ["distill"]).stages) == ["distill", "bundle"]
+
+
 def test_unchanged_rerun_does_no_work(finished, tiny_checkpoint, tiny_sst2, monkeypatch):
     out, bundle = finished
     before = _hashes(bundle)
@@ -250,6 +278,14 @@ def test_interrupted_stage_resumes_to_the_same_bundle(finished, tiny_checkpoint,
             raise KeyboardInterrupt
         return step(self, *args, **kwargs)
 
+    def count_from_here(*args, **kwargs):  # the estimate's warm-up steps are not the stages'
+        monkeypatch.setattr(torch.optim.AdamW, "step", step)
+        said = estimate(*args, **kwargs)
+        monkeypatch.setattr(torch.optim.AdamW, "step", interrupt_mid_distill)
+        return said
+
+    estimate = compiler.estimate
+    monkeypatch.setattr(compiler, "estimate", count_from_here)
     monkeypatch.setattr(torch.optim.AdamW, "step", interrupt_mid_distill)
     with pytest.raises(KeyboardInterrupt):
         compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2))

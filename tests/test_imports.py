@@ -24,7 +24,8 @@ FOLDERS = {"edgebert": "edgebert", "export": "edgebert.export", "quantize": "edg
 # Floors, by module-name prefix (the longest prefix wins; "edgebert" alone is the package __init__).
 # A module may import its own floor and those below it, never one above.
 FLOORS = {
-    "edgebert": 0, "edgebert.errors": 0, "edgebert.config": 0, "edgebert.registry": 0, "edgebert.device_tests": 0,
+    "edgebert": 0, "edgebert.errors": 0, "edgebert.config": 0, "edgebert.registry": 0, "edgebert.progress": 0,
+    "edgebert.device_tests": 0,
     "edgebert.model": 1, "edgebert.families": 1, "edgebert.checkpoint": 1, "edgebert.tokenizer": 1,
     "edgebert.data": 1, "edgebert.stats": 1,
     "edgebert.passes": 2, "edgebert.export": 2, "edgebert.quantize": 2,

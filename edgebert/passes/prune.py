@@ -336,6 +336,26 @@ def _cut(model: nn.Module, scores: Importance, config: PruneConfig, share: float
     return original
 
 
+def _fractions(model: nn.Module, config: PruneConfig) -> dict:
+    """The share of heads and of FFN neurons to remove: the config's, or what meets its budget."""
+    if config.params is not None or config.flops is not None:
+        return dict.fromkeys(("heads", "ffn"), budget_fraction(model, config))
+    return {"heads": config.heads, "ffn": config.ffn}
+
+
+def pruned_shape(model: nn.Module, config: PruneConfig) -> nn.Module:
+    """A copy of `model` cut to the shape `prune` leaves, its units picked by no importance at all: what a
+    compile's estimate times (pipeline.estimate), not a model to use."""
+    model = copy.deepcopy(model)
+    c, start = encoder_of(model).config, _shape(model)
+    flat = Importance([torch.zeros(c.heads(i)) for i in range(c.num_layers)],
+                      [torch.zeros(c.ffn(i)) for i in range(c.num_layers)], torch.zeros(c.num_layers),
+                      torch.zeros(c.hidden_size))
+    _cut(model, flat, config, 1.0, start, {"heads": list(start["heads"]), "ffn": list(start["ffn"])},
+         _fractions(model, config))
+    return model
+
+
 def _details(before: Record, start: dict, model: nn.Module, rounds: list[dict], fractions: dict,
              sparsity: float) -> dict:
     last = rounds[-1] if rounds else {}  # its recovery's validation figures, device and precision
@@ -360,10 +380,7 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
     before = measure("before", model)
     start_shape = _shape(model)
     work = Path(work_dir) if work_dir is not None else None
-    if config.params is not None or config.flops is not None:
-        fractions = dict.fromkeys(("heads", "ffn"), budget_fraction(model, config))
-    else:
-        fractions = {"heads": config.heads, "ffn": config.ffn}
+    fractions = _fractions(model, config)
     original = {"heads": list(start_shape["heads"]), "ffn": list(start_shape["ffn"])}  # of the surviving layers
     metrics, wall, steps, rounds = {}, 0.0, 0, []
     recovery = config.recovery

@@ -18,6 +18,7 @@ from torch import nn
 from ..errors import EdgebertError, disk_full
 from ..model import TaskModel, describe, encoder_of
 from .capture import capture
+from ..progress import Progress
 from .train import CPU, collate, device_of, place
 
 
@@ -125,14 +126,12 @@ def _memmap(path: Path, dtype, shape: tuple[int, int]) -> np.memmap:
 @torch.no_grad()
 def _fill(teacher, dataset, hidden, tmp: Path, lengths, offsets, logit_offsets, width, token_logits, hidden_size,
           batch_size, progress) -> None:
-    from tqdm.auto import tqdm
-
     logits = _memmap(tmp / "logits.npy", np.float32, (int(logit_offsets[-1]), width))
     states = {i: _memmap(tmp / f"hidden_{i}.npy", np.float16, (int(offsets[-1]), hidden_size)) for i in hidden}
     order = np.argsort(lengths, kind="stable")
     device = device_of(teacher)
-    for start in tqdm(range(0, len(order), batch_size), desc="teacher cache",
-                      disable=None if progress else True):  # None: only on a terminal
+    shown = Progress(len(order), "teacher cache", enabled=progress)
+    for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size].tolist()
         batch = place(collate(teacher, [dataset[i] for i in idx], idx), device)
         with capture(teacher, set(hidden), set()) as captured:
@@ -144,6 +143,8 @@ def _fill(teacher, dataset, hidden, tmp: Path, lengths, offsets, logit_offsets, 
                 logits[logit_offsets[i] : logit_offsets[i + 1]] = (out[j, :n] if token_logits else out[j]).numpy()
             for layer in hidden:
                 states[layer][offsets[i] : offsets[i + 1]] = hidden_states[layer][j, :n].numpy()
+        shown.update(len(idx))
+    shown.close()
     logits.flush()
     for s in states.values():
         s.flush()

@@ -25,7 +25,9 @@ from edgebert.device_tests.metrics import points
 
 from .. import checkpoint
 from ..errors import EdgebertError, on_disk_full
+from ..progress import clock
 from ..passes.train import Accelerator, fingerprint
+from .estimate import estimate
 from .context import Context, StageRecord, State, context, data_fingerprint, eval_file, log, retokenize, start_model
 from .recipe import Recipe
 from .report import BASELINE_MARGIN, near_baseline
@@ -157,7 +159,7 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[StageR
     tries = {name: _tries(recipe, name) for name in recipe.stages}
     stage_keys = {name: [STAGES.get(name).cache_key(r) for r in tries[name]] for name in recipe.stages}
     state = State(model=start, files={}, verification={})
-    stages = []
+    stages, ranks = [], Accelerator.process()
     for i, name in enumerate(recipe.stages, 1):
         stage = STAGES.get(name)
         if stage.fine_tunes and recipe.teacher:
@@ -167,10 +169,14 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[StageR
             state.teacher = state.model
         keys = [_key(key, name, k) for k in stage_keys[name]]
         dests = [out / "stages" / f"{i:02d}-{name}-{k}" for k in keys]
+        if state.estimate is None and not ranks.first(lambda: all((d / "record.json").is_file() for d in dests)):
+            state.estimate = _estimate(ctx, state, recipe.stages[i - 1:], ranks)
         options = [r.stage(name) for r in tries[name]]
         n = len(options)
+        started = time.time()
         records = [_stage(ctx, state, name, o, dest, f" (try {t + 1} of {n}, seed {o.seed})" if n > 1 else "")
                    for t, (o, dest) in enumerate(zip(options, dests))]
+        state.took[name] = round(time.time() - started, 1)
         kept = best_try(records, ctx.task.metric) if n > 1 else 0
         record, dest, key = records[kept], dests[kept], keys[kept]
         if n > 1:
@@ -189,6 +195,15 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[StageR
             state.verification[file] = verification
         stages.append(record)
     return state, stages, key
+
+
+def _estimate(ctx: Context, state: State, stages: list[str], ranks: Accelerator) -> dict:
+    """The time `stages` will take here, said before the first of them trains (every rank times its share)."""
+    found = estimate(ctx, state.model, state.teacher, stages)
+    if ranks.main:
+        log(found.line())
+    return {"stages": found.stages, "warmup_s": found.warmup_s, "total_s": round(found.total_s, 1),
+            "on": found.on}
 
 
 def _stage(ctx: Context, state: State, name: str, options, dest: Path, label: str) -> StageRecord:
@@ -352,6 +367,9 @@ def build_bundle(ctx: Context, state: State, stages: list[StageRecord], dest: Pa
         "build": build,
         "baselines": _baselines(ctx.out, dest),
         "search": searched,  # compile --budget's candidates (pipeline.search), else None
+        # the estimate said before the first stage this compile ran trained, and the time the compile and each of
+        # its stages took (a stage done already: ~0), teacher labels and all
+        "time": {"estimate": state.estimate, "took_s": round(time.time() - ctx.started, 1), "stages": state.took},
     }
     bundle = write_bundle(dest, models=state.files, tokenizer_dir=ctx.tokenizer_dir, labels=labels,
                           eval_arrays=ctx.eval_arrays, manifest=manifest, report_points=chart,
@@ -382,7 +400,8 @@ def summary_data(bundle: Path) -> dict:
         s["near_baseline"] = near_baseline(m["metrics"].get("accuracy"), baseline)
     return {"bundle": str(bundle), "metric": metric, "stages": stages, "files": files,
             "majority_baseline": {**baseline, "accuracy": points(baseline["accuracy"])} if baseline else None,
-            "unk_rate": data.get("unk_rate"), "validation": data.get("validation"), "search": manifest.get("search")}
+            "unk_rate": data.get("unk_rate"), "validation": data.get("validation"), "search": manifest.get("search"),
+            "time": manifest.get("time")}
 
 
 def summary(bundle: Path) -> str:
@@ -410,6 +429,10 @@ def summary(bundle: Path) -> str:
     if data["validation"]:
         lines.append(f"checkpoints chosen on {data['validation']['rows']:,} training examples held out (validation); "
                      f"{metric} above is the eval split's")
+    if data["time"] and data["time"]["estimate"]:
+        said, took = data["time"]["estimate"]["total_s"], data["time"]["took_s"]
+        lines.append(f"time: {clock(took)}, estimated {clock(said)} before the first stage trained "
+                     f"({100 * (said - took) / took:+.0f}%)")
     if data["unk_rate"]:
         lines.append("[UNK] tokens: " + ", ".join(f"{v:.1%} of {k}" for k, v in data["unk_rate"].items()))
     lines.append("")

@@ -7,6 +7,7 @@ import hashlib
 import json
 import random
 import sys
+import time
 import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -35,6 +36,7 @@ class Context:
     data: data.TaskData  # train and eval splits, and the tokenizer, as every pass takes them
     eval_arrays: dict
     calibration: dict
+    started: float = field(default_factory=time.time)  # when the compile began: the manifest's time taken
 
 
 @dataclass
@@ -45,6 +47,8 @@ class State:
     files: dict[str, Path]  # exported model files so far ("model.onnx", "model.tflite")
     verification: dict[str, dict]
     teacher: Path | None = None  # the checkpoint a stage with `sets_teacher` started from, once it has run
+    estimate: dict | None = None  # seconds per stage, said before the first stage to run trained (pipeline.estimate)
+    took: dict[str, float] = field(default_factory=dict)  # seconds each stage this compile ran took, tries and all
 
 
 @dataclass(frozen=True, kw_only=True)

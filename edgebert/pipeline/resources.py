@@ -1,6 +1,6 @@
-"""Resource guards: refuse, in one line and before any work, a stage that would exhaust the machine's
-memory or a write that cannot fit on the disk (an OOM kill takes the whole machine with it, and a full
-disk is found only hours in).
+"""Resources: what a stage costs (`Work`, which the compile's estimate multiplies out), and guards that refuse,
+in one line and before any work, a stage that would exhaust the machine's memory or a write that cannot fit
+on the disk (an OOM kill takes the whole machine with it, and a full disk is found only hours in).
 
 The memory estimate is deliberately rough (float32 training with AdamW, eager attention): weights,
 gradients and the two Adam moments are 16 bytes a parameter; every layer keeps about three
@@ -28,6 +28,31 @@ class Training:
     option: str  # the stage's option that sets `batch`, e.g. "train.batch_size"
     layers: int | None = None  # it trains the start model's first `layers` layers (a student); None: all
     teacher: bool = False  # a teacher runs beside it, in inference
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a stage costs, as its registry entry (`work`) counts it in the units the compile's warm-up times
+    (pipeline.estimate): examples through each kind of step, and seconds that scale with none of them."""
+
+    train: int = 0  # examples through a training step (forward, backward, update) of the model the stage makes
+    infer: int = 0  # examples through that model in inference (validation during training, the final eval)
+    teacher: int = 0  # examples the teacher labels (its cache: computed once, shared by the stage's tries)
+    seconds: float = 0.0  # conversion, export and verification, as measured on 2 CPU cores
+    config: object = None  # the TrainConfig its training steps run under (batch, device, precision)
+
+
+def examples(config) -> int:
+    """Examples a training run of TrainConfig `config` steps through."""
+    return config.steps * config.batch_size
+
+
+def evaluated(config, data) -> int:
+    """Examples a training run of `config` evaluates: the validation split (else eval) at every `eval_every` and
+    at the end, then the eval split once."""
+    chosen = data.choose_on
+    times = (config.steps // config.eval_every if config.eval_every else 0) + 1
+    return times * (len(chosen) if chosen is not None else 0) + (len(data.eval) if data.eval is not None else 0)
 
 
 def available_memory() -> int | None:

@@ -2,9 +2,10 @@
 
 from edgebert.errors import EdgebertError
 from edgebert.passes import DistillConfig, distill
+from edgebert.passes.student import init_student
 
 from ..context import pass_stage
-from ..resources import Training
+from ..resources import Training, Work, evaluated, examples
 from .registry import Stage, register
 
 
@@ -23,6 +24,20 @@ def trains(options: DistillConfig) -> Training:
     return Training(options.train.batch_size, "train.batch_size", layers=layers, teacher=True)
 
 
+def work(options: DistillConfig, data) -> Work:
+    """The teacher labels the training text (and its copies) once; the student trains."""
+    copies = options.augment.copies if options.augment is not None else 0
+    return Work(train=examples(options.train), infer=evaluated(options.train, data),
+                teacher=len(data.train) * (1 + copies), config=options.train)
+
+
+def shape(model, options: DistillConfig):
+    if not options.makes_student:
+        return model
+    return init_student(model, layers=options.layers, keep_layers=options.keep_layers, heads=options.heads,
+                        ffn=options.ffn)
+
+
 register(Stage(name="distill", options=DistillConfig, run=pass_stage(distill, cache=DistillConfig.cached_in),
-               defaults={"layers": 4}, by_default=True, check=check, trains=trains, makes_model=True,
-               sets_teacher=True))
+               defaults={"layers": 4}, by_default=True, check=check, trains=trains, work=work, shape=shape,
+               makes_model=True, sets_teacher=True))

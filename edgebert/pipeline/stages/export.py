@@ -12,6 +12,7 @@ from edgebert.errors import EdgebertError
 from edgebert.export import Budget, export, formats
 
 from ..context import Context, StageRecord, State, task_model
+from ..resources import Work
 from .quantize import check_lengths, export_config
 from .registry import Stage, register
 
@@ -56,4 +57,4 @@ def run(ctx: Context, state: State, options: ExportStageConfig, dest: Path, work
 
 
 register(Stage(name="export", options=ExportStageConfig, run=run, keyed_by_code=True, defaults=lengths_up_to,
-               by_default=True, check=check_lengths, writes_files=True, bundle=True))
+               by_default=True, work=lambda o, data: Work(seconds=2 * len(o.formats)), check=check_lengths, writes_files=True, bundle=True))

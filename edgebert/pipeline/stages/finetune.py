@@ -5,7 +5,7 @@ from edgebert.errors import EdgebertError
 from edgebert.passes import FinetuneConfig, finetune
 
 from ..context import pass_stage
-from ..resources import Training
+from ..resources import Training, Work, evaluated, examples
 from .registry import Stage, register
 
 
@@ -16,5 +16,10 @@ def check(recipe, options, encoder, tokenizer) -> None:
                             "quantize and export")
 
 
+def work(options: FinetuneConfig, data) -> Work:
+    return Work(train=examples(options.train), infer=evaluated(options.train, data), config=options.train)
+
+
 register(Stage(name="finetune", options=FinetuneConfig, run=pass_stage(finetune), by_default=True, check=check,
-               trains=lambda o: Training(o.train.batch_size, "train.batch_size"), makes_model=True, fine_tunes=True))
+               trains=lambda o: Training(o.train.batch_size, "train.batch_size"), work=work, makes_model=True,
+               fine_tunes=True))

@@ -3,9 +3,10 @@ from the unpruned model or (`recover_from = "teacher"`) from the teacher of a st
 
 from edgebert.errors import EdgebertError
 from edgebert.passes import PruneConfig, prune
+from edgebert.passes.prune import pruned_shape
 
 from ..context import pass_stage
-from ..resources import Training
+from ..resources import Training, Work, evaluated, examples
 from .registry import STAGES, Stage, register
 
 
@@ -38,6 +39,19 @@ def cache(options: PruneConfig, root) -> PruneConfig:
     return options if options.recovery is None else options.replace(recovery=options.recovery.cached_in(root))
 
 
+def work(options: PruneConfig, data) -> Work:
+    """Each round scores a sample (a forward and a backward pass: about three inferences each), then recovers by
+    distillation; the teacher labels the text and its copies once, for every round and try."""
+    scored = 3 * options.rounds * options.sample_batches * options.batch_size
+    recovery = options.recovery
+    if recovery is None or not recovery.train.steps:
+        return Work(infer=scored + (len(data.eval) if data.eval is not None else 0))
+    copies = recovery.augment.copies if recovery.augment is not None else 0
+    return Work(train=options.rounds * examples(recovery.train),
+                infer=scored + options.rounds * evaluated(recovery.train, data),
+                teacher=len(data.train) * (1 + copies), config=recovery.train)
+
+
 register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher, cache), by_default=True,
-               check=check, trains=trains, tries=tries, makes_model=True,
+               check=check, trains=trains, work=work, shape=pruned_shape, tries=tries, makes_model=True,
                searched={"heads": "heads", "ffn": "ffn", "width": "width"}))

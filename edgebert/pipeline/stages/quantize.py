@@ -15,6 +15,7 @@ from edgebert.quantize import (DynamicInt8Config, Int4EmbeddingsConfig, MixedPre
 from edgebert.quantize.config import Method, Target, host_target
 
 from ..context import Context, StageRecord, State, task_model
+from ..resources import Work
 from .registry import Stage, register
 
 
@@ -112,5 +113,5 @@ def key(recipe) -> dict:
 
 
 register(Stage(name="quantize", options=QuantizeStageConfig, run=run, key=key, keyed_by_code=True, by_default=True,
-               check=check_lengths, writes_files=True, manifest="quantization",
+               check=check_lengths, work=lambda o, data: Work(seconds=30), writes_files=True, manifest="quantization",
                calibration=lambda o: o.calibration_size, searched={"embeddings": "embeddings"}))

@@ -40,6 +40,10 @@ class Stage:
     check: Callable | None = None  # (recipe, options, encoder, tokenizer): raise what run would refuse hours in
     trains: Callable | None = None  # options -> its peak (resources.Training), None when they train nothing
 
+    # What it costs, for the estimate printed before the first stage trains (pipeline.estimate)
+    work: Callable | None = None  # (options, data: TaskData) -> resources.Work; None: next to nothing
+    shape: Callable | None = None  # (model, options) -> an untrained model of the shape it makes, to time
+
     # How compile runs it
     key: Callable | None = None  # recipe -> what the stage's output depends on (default: its options)
     # The stage takes minutes, so its key also holds this edgebert's code (code_version): a changed

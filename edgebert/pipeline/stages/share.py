@@ -3,7 +3,7 @@
 from edgebert.passes import ShareConfig, share
 
 from ..context import pass_stage
-from ..resources import Training
+from ..resources import Training, Work, evaluated, examples
 from .registry import Stage, register
 
 
@@ -14,4 +14,14 @@ def trains(options: ShareConfig) -> Training | None:
     return Training(options.recovery.train.batch_size, "recovery.train.batch_size", teacher=True)
 
 
-register(Stage(name="share", options=ShareConfig, run=pass_stage(share), trains=trains, makes_model=True))
+def work(options: ShareConfig, data) -> Work:
+    """The unshared model labels the training text once; the shared one recovers."""
+    recovery = options.recovery
+    if recovery is None or not recovery.train.steps:
+        return Work(infer=len(data.eval) if data.eval is not None else 0)
+    return Work(train=examples(recovery.train), infer=evaluated(recovery.train, data), teacher=len(data.train),
+                config=recovery.train)
+
+
+register(Stage(name="share", options=ShareConfig, run=pass_stage(share), trains=trains, work=work,
+               makes_model=True))

@@ -12,6 +12,7 @@ from edgebert.passes import VocabConfig, prune_vocab
 from edgebert.passes.vocab import check_prunable
 
 from ..context import StageRecord, task_model
+from ..resources import Work
 from .registry import Stage, register
 
 
@@ -28,5 +29,6 @@ def run(ctx, state, options: VocabConfig, dest, work) -> StageRecord:
     return replace(StageRecord.from_dict(result.record.to_dict()), new_tokenizer=True)
 
 
-register(Stage(name="vocab", options=VocabConfig, run=run, keyed_by_code=True, check=check, makes_model=True,
+register(Stage(name="vocab", options=VocabConfig, run=run, keyed_by_code=True, check=check,
+               work=lambda o, data: Work(seconds=5, infer=len(data.eval)), makes_model=True,
                searched={"min_count": "min_count"}))

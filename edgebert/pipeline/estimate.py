@@ -1,0 +1,144 @@
+"""How long a compile will take on this machine, said before the first stage trains.
+
+A short warm-up times, on the training device and data, a few training steps and an inference pass of
+each model shape the stages will train (the start model, then each stage's `shape` of it: distill's
+student, prune's cut), and of the teacher. Each stage's registry entry counts its `work` in those units
+(resources.Work: examples trained, inferred, labelled by the teacher, plus fixed seconds), so the estimate
+is their product, summed. The compile prints it, and the manifest keeps it beside the time taken.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import nn
+
+from ..passes import Objective
+from ..passes.train import Accelerator, TrainConfig, predict, train
+from ..progress import clock
+from .context import Context, task_model
+from .resources import Work
+from .stages import STAGES
+
+STEPS = 6  # timed training steps per shape, after WARM untimed ones
+WARM = 2
+INFERRED = 1024  # examples timed in inference per shape, in batches of BATCH (the teacher cache's)
+BATCH = 128
+BUNDLE_S = 15.0  # loading the data, the bundle: the files' local bench, each stage's PyTorch latency, the report
+
+
+class _Output(Objective):
+    """Any head's forward and backward, whatever its task: the square of its output."""
+
+    def forward(self, batch):
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        return (out[0] if isinstance(out, tuple) else out).float().square().mean()
+
+
+@dataclass
+class Estimate:
+    """Seconds per stage still to run, as estimated before the first of them trained."""
+
+    stages: dict[str, float] = field(default_factory=dict)
+    warmup_s: float = 0.0
+    on: str = "cpu"  # where the training stages run: "cpu (2 threads)", "2 × cuda"
+
+    @property
+    def total_s(self) -> float:
+        return self.warmup_s + sum(self.stages.values())
+
+    def line(self) -> str:
+        parts = ", ".join(f"{name} {clock(s)}" for name, s in self.stages.items())
+        return f"estimate: about {clock(self.total_s)} on {self.on} ({parts}; from a {self.warmup_s:.0f} s warm-up)"
+
+
+class _Timer:
+    """Seconds per example of each model shape on this machine, timed on the compile's training data in batches of
+    like lengths, as training (length-bucketed) and the teacher cache (length-sorted) batch them."""
+
+    def __init__(self, ctx: Context):
+        train = ctx.data.train
+        sample = [train[i] for i in random.Random(ctx.recipe.seed).sample(range(len(train)), min(len(train), 4096))]
+        self.sorted = sorted(sample, key=lambda item: len(item["input_ids"]))
+        self.cache: dict[tuple, float] = {}
+
+    def batches(self, count: int, size: int) -> list[dict]:
+        """`count` batches of `size` examples, each a run of like lengths, spread evenly over the length-sorted
+        sample: their mean cost is the data's (a long tail of long texts costs in proportion)."""
+        windows = max(len(self.sorted) // size, 1)
+        picked = sorted({int((j + 0.5) * windows / count) for j in range(min(count, windows))})
+        return [item for w in picked for item in self.sorted[w * size : (w + 1) * size]]
+
+    def train(self, model: nn.Module, config: TrainConfig) -> float:
+        key = ("train", _key(model), config.batch_size, config.device, config.precision)
+        if key not in self.cache:
+            examples = self.batches(STEPS + WARM, config.batch_size)
+            steps = max(1, len(examples) // config.batch_size - WARM)
+            timed = replace(config, steps=steps, eval_every=0, progress=False, ema=0.0)
+            model = copy.deepcopy(model)
+            train(_Output(model), examples, config=replace(timed, steps=WARM))  # allocations, thread pools
+            wall = train(_Output(model), examples, config=timed).wall_s
+            self.cache[key] = wall / (steps * config.batch_size)
+        return self.cache[key]
+
+    def infer(self, model: nn.Module, device: str) -> float:
+        key = ("infer", _key(model), device)
+        if key not in self.cache:
+            model = Accelerator.current(TrainConfig(device=device)).place(copy.deepcopy(model)).eval()
+            examples = self.batches(INFERRED // BATCH, BATCH)
+            with torch.inference_mode():
+                predict(model, examples[:BATCH], batch_size=BATCH)
+                t0 = time.perf_counter()
+                predict(model, examples, batch_size=BATCH)
+            self.cache[key] = (time.perf_counter() - t0) / len(examples)
+        return self.cache[key]
+
+
+def _key(model: nn.Module) -> tuple:
+    c = model.config
+    return (c.num_layers, c.hidden_size, tuple(c.heads(i) for i in range(c.num_layers)),
+            tuple(c.ffn(i) for i in range(c.num_layers)))
+
+
+def _where(accelerator: Accelerator) -> str:
+    device = accelerator.device.type
+    threads = torch.get_num_threads()
+    if device == "cpu":
+        each = f"{threads} thread{'s' if threads > 1 else ''}"
+        return f"cpu ({each})" if accelerator.world == 1 else f"{accelerator.world} × cpu ({each} each)"
+    return f"{accelerator.world} × {device}"
+
+
+def estimate(ctx: Context, model_dir, teacher_dir, stages: list[str]) -> Estimate:
+    """The time `stages` (the recipe's, from the first not yet done) will take, starting from the checkpoint
+    in `model_dir` with `teacher_dir` as the teacher so far (None before a stage sets one)."""
+    t0 = time.time()
+    timer, result = _Timer(ctx), Estimate()
+    model = task_model(model_dir, ctx.task)
+    teacher = task_model(teacher_dir, ctx.task) if teacher_dir is not None else None
+    for name in stages:
+        stage, options = STAGES.get(name), ctx.recipe.stage(name)
+        if stage.fine_tunes and ctx.recipe.teacher:
+            continue
+        if stage.sets_teacher:
+            teacher = model
+        made = stage.shape(model, options) if stage.shape is not None else model
+        work = stage.work(options, ctx.data) if stage.work is not None else Work()
+        tries = len(stage.tries(options)) if stage.tries is not None else 1
+        seconds = work.seconds
+        if work.train:
+            seconds += work.train * timer.train(made, work.config)
+            result.on = _where(Accelerator.current(work.config))
+        device = work.config.device if work.config is not None else "cpu"
+        if work.infer:
+            seconds += work.infer * timer.infer(made, device)
+        labelled = work.teacher * timer.infer(teacher if teacher is not None else model, device) if work.teacher else 0
+        result.stages[name] = round(labelled + tries * seconds, 2)
+        model = made
+    result.stages["bundle"] = BUNDLE_S
+    result.warmup_s = round(time.time() - t0, 1)
+    return result
