@@ -54,9 +54,11 @@ def preamble(result: dict) -> list[str]:
 def method(result: dict) -> str:
     """The paragraph on how each figure is measured, with this run's settings."""
     s = result["settings"]
+    files = "ONNX, TFLite and ExecuTorch files" if any("executorch" in m for m in result["models"]) else \
+        "ONNX/TFLite files"  # the results of a run before the .pte row
     return (
-        "How: every model runs in its own process (`python -m device_tests run` for ONNX, TFLite and ExecuTorch "
-        "files, `bench/_timing.py torch` for PyTorch), batch 1; for each repeat every model runs once in an order that "
+        f"How: every model runs in its own process (`python -m device_tests run` for {files}, "
+        "`bench/_timing.py torch` for PyTorch), batch 1; for each repeat every model runs once in an order that "
         f"rotates between repeats. Latencies are medians over {s['repeats']} repeat(s) of "
         f"{s['runs']} timed runs (after {s['warmup']} warmup) on "
         f"{s['timing_rows']} dev sentences drawn per repeat; ratios are taken pair by pair within each "

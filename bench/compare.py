@@ -7,6 +7,8 @@ INT8/FP32 GEMM limit.
     python bench/compare.py [--teacher DIR] [--bundle DIR] [--data DIR] [--quick]
     python bench/compare.py --render          # BENCHMARKS.md again from bench/results/compare.json
 
+BENCHMARKS.md also shows bench/results/compile-cost.json (python bench/compile_cost.py) as it finds it.
+
 --quick (1 repeat, 20 runs, 200 dev sentences) writes runs/compare/quick/{compare.json,BENCHMARKS.md}
 unless --results/--markdown say otherwise, so a smoke run never replaces the reference figures.
 
@@ -81,11 +83,11 @@ def main(argv=None) -> int:
         mrpc = Path(args.mrpc_bundle) / "manifest.json"
         if mrpc.is_file():
             result["mrpc"] = {**stage_costs(json.loads(mrpc.read_text())), "command": MRPC_COMMAND}
-        if COMPILE_COST.is_file():  # bench/compile_cost.py's runs, shown beside these
-            result["compile_cost"] = json.loads(COMPILE_COST.read_text())
         write_json(args.results, result, indent=1)
         log(f"results: {args.results}")
-    write_bytes(args.markdown, render(result).encode())
+    # bench/compile_cost.py's runs are its own command's figures (each names its commit): shown as it left them
+    cost = {"compile_cost": json.loads(COMPILE_COST.read_text())} if COMPILE_COST.is_file() else {}
+    write_bytes(args.markdown, render({**result, **cost}).encode())
     log(f"table: {args.markdown}")
     for t in result["targets"]:
         mark = "n/a " if t["pass"] is None else ("PASS" if t["pass"] else "MISS")

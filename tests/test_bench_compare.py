@@ -261,7 +261,8 @@ def test_a_padded_file_that_is_not_the_bundles_model_is_a_failure(bench_scripts)
     assert measure.disagreements([same_file], scored([3, 9], [3, 9, 40])) == []
 
 
-def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path):
+def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_scripts.compare, "COMPILE_COST", tmp_path / "no-compile-cost.json")  # not this test's
     result = _synthetic(bench_scripts)
     render = bench_scripts.render.render
     text = render(result)
@@ -276,6 +277,10 @@ def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path):
     results.write_text(json.dumps(result))
     assert bench_scripts.compare.main(["--render", "--results", str(results), "--markdown", str(md)]) == 0
     assert md.read_text() == text
+    cost = {"machine": "a CPU", "runs": {}, "cuts": None}
+    (tmp_path / "no-compile-cost.json").write_text(json.dumps(cost))  # bench/compile_cost.py's, shown as found
+    assert bench_scripts.compare.main(["--render", "--results", str(results), "--markdown", str(md)]) == 0
+    assert md.read_text() == render({**result, "compile_cost": cost}) and "## What a compile costs" in md.read_text()
     assert "ran beside other work, were re-run and are left out" in text
     result["load_average"][0]["other_cores"] = 0.9  # someone else's job ran during a repeat that was used
     assert "the machine was busy" in render(result)
