@@ -1,4 +1,5 @@
-"""The GPU check, for a short loan of a machine with a CUDA GPU (under 8 minutes of GPU time on a data-centre GPU).
+"""The GPU check, for a short loan of a machine with a CUDA GPU: meant to take under 8 minutes of GPU time on a
+data-centre GPU (not yet run on one: no GPU has been lent to this repository's sessions).
 
     python bench/gpu_check.py
 
