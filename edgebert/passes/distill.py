@@ -185,13 +185,14 @@ def _check_pair(student: nn.Module, teacher: nn.Module) -> None:
 
 
 def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher: nn.Module | None = None,
-            work_dir: str | Path | None = None) -> Result:
+            work_dir: str | Path | None = None, name: str = "distill") -> Result:
     """Distil into a student on `data.train`; the Result holds the trained student and its Record.
 
     With a student shape in `config` (e.g. `layers=4`) the student is made from `model`, which is
     the teacher; without one `model` is the student (trained in place) and `teacher` is required.
     `data.tokenizer` is needed only for a MaskedLM pair (its mask token and vocabulary drive the
-    MLM masking). Labels in the data are used only when `label_weight` > 0."""
+    MLM masking). Labels in the data are used only when `label_weight` > 0. `name` labels the progress (a pass
+    that recovers by distillation gives its own)."""
     if config.makes_student:
         if teacher is not None:
             raise EdgebertError("DistillConfig sets a student shape, so the model is the teacher: drop teacher=, "
@@ -246,7 +247,7 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
         accelerator.place(teacher)
     try:
         result = train(objective, train_data, config=config.train, collate_fn=collate_fn, evaluator=evaluator,
-                       metric=metric, work_dir=work_dir, key=key, name="distill")
+                       metric=metric, work_dir=work_dir, key=key, name=name)
     finally:
         place(teacher, CPU)
     metrics, chosen = (result.metrics, {}) if mlm else reported(result.model, data, result.metrics)

@@ -403,8 +403,8 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
             word.weight.data = int4_grid(word.weight, config.int4_words)
         round_wall, round_steps, chosen, ran_on = 0.0, 0, {}, {}
         if config.recovery is not None and config.recovery.train.steps:
-            rec = distill(model, recovery, data, teacher=teacher,
-                          work_dir=folder / "recovery" if folder else None).record
+            rec = distill(model, recovery, data, teacher=teacher, work_dir=folder / "recovery" if folder else None,
+                          name="prune").record
             metrics, round_wall, round_steps, ran_on = rec.metrics, rec.wall_s, rec.steps, rec.ran_on
             chosen = {"validation": rec.details["validation"]} if "validation" in rec.details else {}
         wall, steps = wall + round_wall, steps + round_steps

@@ -249,7 +249,7 @@ def share(model: nn.Module, config: ShareConfig, data: TaskData | None, *, teach
     metrics, wall, steps = details.get("before_recovery", {}), 0.0, 0
     if train_data is not None and config.recovery is not None and config.recovery.train.steps:
         rec = distill(model, config.recovery, data, teacher=teacher,
-                      work_dir=Path(work_dir) / "recovery" if work_dir else None).record
+                      work_dir=Path(work_dir) / "recovery" if work_dir else None, name="share").record
         metrics, wall, steps = rec.metrics, rec.wall_s, rec.steps
         details.update(history=rec.details["history"], **rec.ran_on)
     details["note"] = "sharing lowers parameters and bytes, not FLOPs: every layer still runs"
