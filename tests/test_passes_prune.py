@@ -198,12 +198,12 @@ def test_recovery_from_a_given_teacher_on_the_int4_word_grid(tmp_path):
         cfg.replace(recover_from="student")
 
 
-def test_the_recovery_shows_its_progress_as_prune(capsys):
+def test_the_recovery_shows_its_progress_as_prune(capsys, tmp_path):
     """A person watching a compile sees the stage they are in, not the pass it calls."""
     data = tiny_data(64)
     cfg = PruneConfig(heads=0.5, sample_batches=2, batch_size=16,
                       recovery=DistillConfig(train=TrainConfig(steps=4, batch_size=16, eval_every=2)))
-    prune(tiny_model(), cfg, TaskData(data, data[:16]))
+    prune(tiny_model(), cfg, TaskData(data, data[:16]), work_dir=tmp_path / "w")
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("edgebert: ")]
     assert lines and all(line.startswith(("edgebert: prune: ", "edgebert: teacher cache: ")) for line in lines)
     assert any(line.startswith("edgebert: prune: 4/4 (100%)") for line in lines)
