@@ -39,8 +39,8 @@ from edgebert.device_tests.versions import versions
 ROOT = Path(__file__).resolve().parents[1]
 EDGEBERT = [sys.executable, "-m", "edgebert"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-# run -> (the command after `edgebert`, the launcher, what it needs)
 FAST = "edgebert/recipes/sst2-minilm-fast.toml"
+# run -> (the command after `edgebert`, the launcher, what it needs)
 RUNS = {
     "fast": (["compile", FAST], EDGEBERT, None),
     "default": (["compile"], EDGEBERT, None),
@@ -98,10 +98,13 @@ def _cut(stages=None, **tables):
     """A change to a recipe: its stage list and, per stage table, fields replaced (nested tables as dicts)."""
 
     def apply(recipe):
+        from edgebert.pipeline import recipe as recipes
+
         options = dict(recipe.options)
         for name, fields in tables.items():
             options[name] = _replaced(options[name], fields)
-        return replace(recipe, stages=stages or recipe.stages, options=options)
+        changed = replace(recipe, options=options)
+        return recipes.with_stages(changed, stages) if stages else changed
 
     return apply
 
@@ -181,7 +184,8 @@ def table(results: dict) -> list[str]:
 
 
 def markdown(results: dict) -> str:
-    return "\n".join([f"# What a compile costs (issue 31)\n\nGenerated {results['created']}.\n", *table(results)]) + "\n"
+    title = f"# What a compile costs (issue 31)\n\nGenerated {results['created']}.\n"
+    return "\n".join([title, *table(results)]) + "\n"
 
 
 def main() -> None:

@@ -17,8 +17,8 @@ from torch import nn
 
 from ..errors import EdgebertError, disk_full
 from ..model import TaskModel, describe, encoder_of
-from .capture import capture
 from ..progress import Progress
+from .capture import capture
 from .train import CPU, collate, device_of, place
 
 

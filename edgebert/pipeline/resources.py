@@ -52,7 +52,12 @@ def evaluated(config, data) -> int:
     at the end, then the eval split once."""
     chosen = data.choose_on
     times = (config.steps // config.eval_every if config.eval_every else 0) + 1
-    return times * (len(chosen) if chosen is not None else 0) + (len(data.eval) if data.eval is not None else 0)
+    return times * (len(chosen) if chosen is not None else 0) + eval_size(data)
+
+
+def eval_size(data) -> int:
+    """The eval split's examples, which a stage scores its model on at the end (0 without one)."""
+    return len(data.eval) if data.eval is not None else 0
 
 
 def available_memory() -> int | None:

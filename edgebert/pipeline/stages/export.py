@@ -57,4 +57,5 @@ def run(ctx: Context, state: State, options: ExportStageConfig, dest: Path, work
 
 
 register(Stage(name="export", options=ExportStageConfig, run=run, keyed_by_code=True, defaults=lengths_up_to,
-               by_default=True, work=lambda o, data: Work(seconds=2 * len(o.formats)), check=check_lengths, writes_files=True, bundle=True))
+               by_default=True, work=lambda o, data: Work(seconds=2 * len(o.formats)), check=check_lengths,
+               writes_files=True, bundle=True))

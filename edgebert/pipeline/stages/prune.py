@@ -6,7 +6,7 @@ from edgebert.passes import PruneConfig, prune
 from edgebert.passes.prune import pruned_shape
 
 from ..context import pass_stage
-from ..resources import Training, Work, evaluated, examples
+from ..resources import Training, Work, eval_size, evaluated, examples
 from .registry import STAGES, Stage, register
 
 
@@ -45,7 +45,7 @@ def work(options: PruneConfig, data) -> Work:
     scored = 3 * options.rounds * options.sample_batches * options.batch_size
     recovery = options.recovery
     if recovery is None or not recovery.train.steps:
-        return Work(infer=scored + (len(data.eval) if data.eval is not None else 0))
+        return Work(infer=scored + eval_size(data))
     copies = recovery.augment.copies if recovery.augment is not None else 0
     return Work(train=options.rounds * examples(recovery.train),
                 infer=scored + options.rounds * evaluated(recovery.train, data),

@@ -3,7 +3,7 @@
 from edgebert.passes import ShareConfig, share
 
 from ..context import pass_stage
-from ..resources import Training, Work, evaluated, examples
+from ..resources import Training, Work, eval_size, evaluated, examples
 from .registry import Stage, register
 
 
@@ -18,7 +18,7 @@ def work(options: ShareConfig, data) -> Work:
     """The unshared model labels the training text once; the shared one recovers."""
     recovery = options.recovery
     if recovery is None or not recovery.train.steps:
-        return Work(infer=len(data.eval) if data.eval is not None else 0)
+        return Work(infer=eval_size(data))
     return Work(train=examples(recovery.train), infer=evaluated(recovery.train, data), teacher=len(data.train),
                 config=recovery.train)
 

@@ -12,7 +12,7 @@ from edgebert.passes import VocabConfig, prune_vocab
 from edgebert.passes.vocab import check_prunable
 
 from ..context import StageRecord, task_model
-from ..resources import Work
+from ..resources import Work, eval_size
 from .registry import Stage, register
 
 
@@ -30,5 +30,5 @@ def run(ctx, state, options: VocabConfig, dest, work) -> StageRecord:
 
 
 register(Stage(name="vocab", options=VocabConfig, run=run, keyed_by_code=True, check=check,
-               work=lambda o, data: Work(seconds=5, infer=len(data.eval)), makes_model=True,
+               work=lambda o, data: Work(seconds=5, infer=eval_size(data)), makes_model=True,
                searched={"min_count": "min_count"}))
