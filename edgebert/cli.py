@@ -105,7 +105,8 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("recipe", nargs="?", help="a recipe .toml (default: the packaged SST-2 MiniLM recipe)")
     comp.add_argument("--out", default="edgebert-out", help="output folder: stage cache and bundle/ (default %(default)s)")
     comp.add_argument("--quick", action="store_true", help="the packaged quick recipe: minutes, less accuracy")
-    comp.add_argument("--data", help="data folder (default: $EDGEBERT_DATA, else ../shared/data)")
+    comp.add_argument("--data", help="data folder (default: $EDGEBERT_DATA, else ../shared/data; "
+                      "with neither, --quick reads the SST-2 sample packaged with edgebert)")
     comp.add_argument("--task", help="override the recipe's task: sst2, mrpc, stsb, conll2003, or your own "
                       ".csv/.tsv/.jsonl training file (the recipe's [data] train)")
     comp.add_argument("--dev-file", help="your own dev file (default: [data] dev, else dev_fraction of train, seeded)")

@@ -2,7 +2,8 @@
 device eval arrays, and each task's metrics. One module per job; the public names are all here.
 
 The data root (`--data DIR`, else `EDGEBERT_DATA`, else `../shared/data` next to the repository)
-is read in place and never copied: several of these corpora may not be redistributed.
+is read in place and never copied: several of these corpora may not be redistributed. The quick default's
+SST-2 sample is packaged (`embedded/`), so a first run needs nothing beside the repository.
 """
 
 from .batching import BucketBatchSampler, EncodedDataset, PadCollator, TaskData, make_loader
@@ -12,11 +13,13 @@ from .metrics import compute_metrics
 from .mlm import MLMCollator, nsp_pairs
 from .readers import load_task
 from .tables import DataConfig, carve, is_data_file, load_data, load_hf, load_table
-from .tasks import CONLL_TAGS, DEFAULT_DATA, IGNORE, KINDS, TASKS, Example, Split, Task, data_root, get_task
+from .tasks import (
+    CONLL_TAGS, DEFAULT_DATA, EMBEDDED_DATA, IGNORE, KINDS, TASKS, Example, Split, Task, data_root, get_task,
+)
 
 __all__ = [
-    "CONLL_TAGS", "DEFAULT_DATA", "IGNORE", "KINDS", "TASKS", "BucketBatchSampler", "DataConfig", "EncodedDataset",
-    "Example", "MLMCollator", "PadCollator", "Split", "Task", "TaskData", "carve", "compute_metrics", "data_root", "encode_split",
-    "get_task", "is_data_file", "load_data", "load_hf", "load_table", "load_task", "make_loader", "nsp_pairs", "pad",
-    "pretokenize_eval",
+    "CONLL_TAGS", "DEFAULT_DATA", "EMBEDDED_DATA", "IGNORE", "KINDS", "TASKS", "BucketBatchSampler", "DataConfig",
+    "EncodedDataset", "Example", "MLMCollator", "PadCollator", "Split", "Task", "TaskData", "carve",
+    "compute_metrics", "data_root", "encode_split", "get_task", "is_data_file", "load_data", "load_hf",
+    "load_table", "load_task", "make_loader", "nsp_pairs", "pad", "pretokenize_eval",
 ]

@@ -1,7 +1,9 @@
 """The registered tasks and what a loaded split holds.
 
 The data root (`--data DIR`, else `EDGEBERT_DATA`, else `../shared/data` next to the repository)
-is read in place and never copied: several of these corpora may not be redistributed.
+is read in place and never copied: several of these corpora may not be redistributed. The one exception
+is packaged: the quick default's SST-2 sample (`embedded/`, with its SOURCE.md), so a first run needs
+nothing beside the repository.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from ..errors import EdgebertError
 from ..registry import Registry
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+EMBEDDED_DATA = Path(__file__).resolve().parent / "embedded"
+EMBEDDED_ROWS = {"sst2": 3000}  # task -> the training rows EMBEDDED_DATA holds of it (embedded/SOURCE.md)
 KINDS = ("classification", "pair-classification", "regression", "token-classification", "embedding")
 CONLL_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 
@@ -79,12 +83,19 @@ class Split:
         return len(self.examples)
 
 
-def data_root(path: str | Path | None = None) -> Path:
-    """The data folder: the argument, else EDGEBERT_DATA, else ../shared/data beside the repo."""
-    root = Path(path or os.environ.get("EDGEBERT_DATA") or DEFAULT_DATA)
-    if not root.is_dir():
-        raise EdgebertError(f"data folder {root} not found; pass --data DIR or set EDGEBERT_DATA")
-    return root
+def data_root(path: str | Path | None = None, *, task: str | None = None, rows: int = 0) -> Path:
+    """The data folder: the argument, else EDGEBERT_DATA, else ../shared/data beside the repo, else, for a
+    reader of at most the `rows` training rows of `task` that the package holds (0: the whole split, which
+    it never holds), the packaged sample EMBEDDED_DATA."""
+    given = path or os.environ.get("EDGEBERT_DATA")
+    root = Path(given or DEFAULT_DATA)
+    if root.is_dir():
+        return root
+    if not given and task is not None and 0 < rows <= EMBEDDED_ROWS.get(task, 0):
+        return EMBEDDED_DATA
+    packaged = "" if given else (" (without one, only `edgebert compile --quick` runs: on the SST-2 sample "
+                                 "packaged with edgebert)")
+    raise EdgebertError(f"data folder {root} not found; pass --data DIR or set EDGEBERT_DATA{packaged}")
 
 
 def get_task(task: str | Task) -> Task:

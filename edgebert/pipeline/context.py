@@ -152,10 +152,13 @@ def _splits(recipe, data_dir: str | None) -> tuple[data.Split, data.Split, dict]
     if recipe.data is not None:
         return data.load_data(recipe.data, seed=recipe.seed, on_bad_row=recipe.on_bad_row)
     task = data.get_task(recipe.task)
+    root = data.data_root(data_dir, task=task.name, rows=recipe.train_limit)
+    if root == data.EMBEDDED_DATA:
+        log(f"data: no data folder, so the {task.name} sample packaged with edgebert ({root}, SOURCE.md there)")
     splits, sources = {}, {"task": task.name}
     for name in ("train", task.eval_split):
-        split = splits[name] = data.load_task(task, name, data_dir=data_dir, on_bad_row=recipe.on_bad_row)
-        path = data.data_root(data_dir) / task.files[name]
+        split = splits[name] = data.load_task(task, name, data_dir=root, on_bad_row=recipe.on_bad_row)
+        path = root / task.files[name]
         sources[name] = {"file": str(path), "sha256": sha256(path), "rows": len(split), "skipped": len(split.skipped)}
     return splits["train"], splits[task.eval_split], sources
 
