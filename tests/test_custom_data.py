@@ -159,6 +159,28 @@ def test_bad_rows_stop_with_the_line_or_skip(files, fault_kit, capsys):
     assert "bad.csv:42: empty text" in capsys.readouterr().err and not out.exists()
 
 
+BAD_INPUT = [  # (file, content, what the one line says): the input-semantics classes, through the CLI
+    ("dup.csv", "sentence,label,sentence\na,pos,b\n", "dup.csv:1: column 'sentence' appears twice in the header"),
+    ("nan.tsv", "sentence\tlabel\na\t1.5\nb\tnan\n", "nan.tsv:3: label 'nan' is not a finite number"),
+    ("nested.jsonl", '{"sentence": {"a": 1}, "label": "pos"}\n',
+     "nested.jsonl:1: text must be a string, got an object"),
+    ("array.jsonl", '{"sentence": "a", "label": "pos"}\n["b", "neg"]\n',
+     "array.jsonl:2: the line holds an array, not a JSON object with named fields"),
+    ("nul.csv", "sentence,label\na,pos\nb\x00,neg\n", "nul.csv:3: text holds a NUL character at character 2"),
+]
+
+
+@pytest.mark.parametrize("name, content, expect", BAD_INPUT, ids=[c[0] for c in BAD_INPUT])
+def test_bad_input_is_one_line_through_the_cli(files, fault_kit, capsys, name, content, expect):
+    (files / name).write_text(content)
+    recipe, out = files / "r.toml", files / "refused"
+    recipe.write_text(f'model = "{fault_kit.ckpt}"\n{FAST}{table(files, train=str(files / name))}')
+    assert main(["compile", str(recipe), "--out", str(out), "--no-bench"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("edgebert: error: ") and expect in err, err
+    assert not out.exists()
+
+
 def test_carved_dev_split_follows_the_seed(files):
     config = DataConfig(train=str(files / "reviews.csv"), text="sentence", dev_fraction=0.25)
     a, b, c = (load_data(config, seed=s)[1].examples for s in (1, 1, 2))

@@ -1,6 +1,7 @@
 """Task data: real-file counts, bad rows, token labels, batching, MLM/NSP, eval set, task metrics."""
 
 import json
+import re
 import sys
 from collections import Counter
 from types import SimpleNamespace
@@ -177,6 +178,141 @@ def test_csv_and_jsonl_tables(tmp_path):
     jsonl.write_text("\n".join(map(json.dumps, lines)) + "\n")
     with pytest.raises(EdgebertError, match=f"{jsonl}:2: unknown label 'maybe'"):
         load_table(jsonl, text_column="a", text_pair_column="b", labels=["no", "yes"])
+
+
+# --- input semantics: each class of bad input is one line naming file, line and fix, or read as documented
+
+
+@pytest.mark.parametrize("name, header", [("t.csv", "text,label,text"), ("t.tsv", "text\tlabel\ttext")])
+def test_a_column_named_twice_is_refused(tmp_path, name, header):
+    path = tmp_path / name
+    sep = "\t" if name.endswith(".tsv") else ","
+    path.write_text(f"{header}\n{sep.join('axb')}\n{sep.join('cyd')}\n")
+    with pytest.raises(EdgebertError, match=f"^{path}:1: column 'text' appears twice in the header "
+                                            r"\(columns 1 and 3\); rename or remove one$"):
+        load_table(path, on_bad_row="skip")  # the whole file is wrong, not a row
+
+
+def test_blank_trailing_columns_are_not_duplicates(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_text("text,label,,\na,x,,\nb,y,,\n")
+    assert load_table(path).examples == [Example("a", None, 0), Example("b", None, 1)]
+
+
+def test_a_jsonl_key_given_twice_is_a_bad_row(tmp_path):
+    path = tmp_path / "twice.jsonl"
+    path.write_text('{"text": "a", "label": "x"}\n{"text": "b", "text": "c", "label": "y"}\n')
+    with pytest.raises(EdgebertError, match=f"{path}:2: field 'text' appears twice; keep one; fix the row"):
+        load_table(path, labels=["x", "y"])
+
+
+def test_nan_and_inf_scores_are_bad_rows(tmp_path):
+    path = tmp_path / "scores.csv"
+    path.write_text("text,label\na,1.5\nb,nan\nc,inf\nd,-Infinity\ne,2.5\n")
+    with pytest.raises(EdgebertError, match=f"{path}:3: label 'nan' is not a finite number; fix the row"):
+        load_table(path)
+    with pytest.warns(UserWarning, match="skipped 3 bad rows"):
+        data = load_table(path, on_bad_row="skip")
+    assert data.task.kind == "regression" and [e.label for e in data.examples] == [1.5, 2.5]
+    assert [m.split(": ")[0] for m in data.skipped] == [f"{path}:{n}" for n in (3, 4, 5)]
+    jsonl = tmp_path / "scores.jsonl"  # JSON's own NaN literal, as pandas' to_json can write
+    jsonl.write_text('{"text": "a", "label": 0.5}\n{"text": "b", "label": NaN}\n')
+    with pytest.raises(EdgebertError, match=f"{jsonl}:2: label 'nan' is not a finite number"):
+        load_table(jsonl)
+
+
+def test_a_nan_label_does_not_turn_classes_into_scores(tmp_path):
+    path = tmp_path / "classes.csv"
+    path.write_text("text,label\na,0\nb,1\nc,nan\n")
+    with pytest.warns(UserWarning, match="skipped 1 bad rows"):
+        data = load_table(path, on_bad_row="skip")
+    assert (data.task.kind, data.task.labels) == ("classification", ("0", "1"))
+    assert data.skipped == [f"{path}:4: unknown label 'nan'; expected ['0', '1']"]
+
+
+def test_a_json_object_or_array_as_text_or_label_is_a_bad_row(tmp_path):
+    path = tmp_path / "nested.jsonl"
+    lines = [{"text": {"a": 1}, "label": "x"}, {"text": "ok", "pair": ["a"], "label": "y"},
+             {"text": 42, "label": "x"}, {"text": "ok", "label": {"y": 1}}, {"text": "fine", "label": "y"}]
+    lines = [{"pair": "p", **line} for line in lines]
+    path.write_text("\n".join(map(json.dumps, lines)) + "\n")
+    with pytest.raises(EdgebertError, match=f"^{path}:1: text must be a string, got an object; fix the row"):
+        load_table(path)
+    with pytest.warns(UserWarning, match="skipped 4 bad rows"):
+        data = load_table(path, text_pair_column="pair", on_bad_row="skip")
+    assert data.skipped[1:] == [f"{path}:2: text pair must be a string, got an array",
+                                f"{path}:3: text must be a string, got a number",
+                                f"{path}:4: label must be a string or a number, got an object"]
+    assert data.task.labels == ("x", "y")  # the object label adds no class
+
+
+@pytest.mark.parametrize("line, kind", [('["a", "x"]', "an array"), ("3", "a number"), ('"a"', "a string"),
+                                        ("null", "null"), ("true", "true or false")])
+def test_a_jsonl_line_that_is_not_an_object_is_a_bad_row(tmp_path, line, kind):
+    path = tmp_path / "lines.jsonl"
+    path.write_text(f'{{"text": "a", "label": "x"}}\n{line}\n{{"text": "b", "label": "y"}}\n')
+    with pytest.raises(EdgebertError, match=re.escape(f"{path}:2: the line holds {kind}, not a JSON object with "
+                                                      "named fields; fix the row")):
+        load_table(path)
+    with pytest.warns(UserWarning, match="skipped 1 bad rows"):
+        assert len(load_table(path, on_bad_row="skip")) == 2
+
+
+@pytest.mark.parametrize("name, sep", [("long.csv", ","), ("long.tsv", "\t")])
+def test_a_field_over_the_csv_module_limit_is_read(tmp_path, name, sep):
+    """csv's default cap is 128 KiB a field; longer texts are read (the encoder truncates and counts them)."""
+    path = tmp_path / name
+    path.write_text(f"text{sep}label\n{'a' * (1 << 20)}{sep}x\nb{sep}y\n")
+    data = load_table(path)
+    assert len(data.examples[0].text) == 1 << 20 and data.examples[1] == Example("b", None, 1)
+
+
+# Characters str.splitlines breaks on but an editor does not: inside a text, none may shift a line number.
+SEPARATORS = ["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c", "\x1e"]
+
+
+@pytest.mark.parametrize("sep", SEPARATORS, ids=[f"U+{ord(c):04X}" for c in SEPARATORS])
+def test_line_numbers_count_only_line_ends(tmp_path, sep):
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text(json.dumps({"text": f"a{sep}b", "label": "x"}, ensure_ascii=False) + "\n"
+                     + '{"text": "", "label": "x"}\n', encoding="utf-8")
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(f'text,label\n"a{sep}b",x\n,x\n', encoding="utf-8")
+    sst2 = tmp_path / "sst2" / "train.tsv"
+    sst2.parent.mkdir()
+    sst2.write_text(f"sentence\tlabel\na{sep}b\t1\n\t0\n", encoding="utf-8")
+    for path, line, load in ((jsonl, 2, load_table), (csv_path, 3, load_table),
+                             (sst2, 3, lambda p: load_task("sst2", data_dir=tmp_path))):
+        with pytest.raises(EdgebertError, match=f"^{re.escape(str(path))}:{line}: empty text"):
+            load(path)
+
+
+def test_undecodable_byte_line_counts_crlf_once(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"text,label\r\na,x\r\n\xe9,y\r\n")
+    with pytest.raises(EdgebertError, match=f"{path}:3: byte 0xe9 is not UTF-8"):
+        load_table(path)
+
+
+def test_control_characters_are_removed_and_a_nul_refused(tmp_path):
+    """Documented in readers._text: a NUL marks a UTF-16 or binary file; other control characters are
+    dropped, as BERT's tokenizer drops them (tab and line ends are kept as text)."""
+    path = tmp_path / "ctl.jsonl"
+    lines = [{"text": "Treasury\x12s plan\x7f\x85", "label": "x"}, {"text": "a\tb\nc", "label": "y"},
+             {"text": "\x01\x02", "label": "x"}, {"text": "ab\x00c", "label": "y"}]
+    path.write_text("\n".join(map(json.dumps, lines)) + "\n")
+    with pytest.raises(EdgebertError, match=f"{path}:3: empty text; fix the row"):
+        load_table(path)
+    with pytest.warns(UserWarning, match="skipped 2 bad rows"):
+        data = load_table(path, on_bad_row="skip")
+    assert data.examples == [Example("Treasurys plan", None, 0), Example("a\tb\nc", None, 1)]
+    assert data.skipped[1] == (f"{path}:4: text holds a NUL character at character 3 (is the file UTF-16 or "
+                               "binary? save it as UTF-8 text)")
+    sst2 = tmp_path / "sst2" / "train.tsv"  # the registered readers share the rule
+    sst2.parent.mkdir()
+    sst2.write_text("sentence\tlabel\nfine\x12 film\t1\nx\x00y\t0\n")
+    with pytest.raises(EdgebertError, match=f"{sst2}:3: text holds a NUL character at character 2"):
+        load_task("sst2", data_dir=tmp_path)
 
 
 class _FakeDataset(list):

@@ -4,6 +4,8 @@ policy every reader shares: stop at the first bad row with file:line, or skip, c
 from __future__ import annotations
 
 import io
+import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -44,8 +46,27 @@ class _Rows:
         return self.skipped
 
 
+_CONTROL = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # C0, DEL and C1, less tab and line ends
+_KINDS = {dict: "an object", list: "an array", bool: "true or false", int: "a number", float: "a number",
+          str: "a string", type(None): "null"}
+
+
+def _kind(value: Any) -> str:
+    """What a parsed JSON value is, for a message: "an object", "an array", "a number"."""
+    return _KINDS.get(type(value), f"a {type(value).__name__}")
+
+
 def _text(value: Any, what: str) -> str:
-    text = "" if value is None else str(value).strip()
+    """A text field, stripped. Only a string: a JSON object, array or number is refused, not stringified.
+    A NUL is refused (it marks a UTF-16 or binary file read as UTF-8); other control characters are
+    removed, as BERT's tokenizer removes them (STS-B's train.tsv holds a stray \\x12)."""
+    if value is not None and not isinstance(value, str):
+        raise _BadRow(f"{what} must be a string, got {_kind(value)}")
+    value = value or ""
+    if "\x00" in value:
+        raise _BadRow(f"{what} holds a NUL character at character {value.index(chr(0)) + 1} (is the file "
+                      "UTF-16 or binary? save it as UTF-8 text)")
+    text = _CONTROL.sub("", value).strip()
     if not text:
         raise _BadRow(f"empty {what}")
     return text
@@ -53,14 +74,19 @@ def _text(value: Any, what: str) -> str:
 
 def _label(value: Any, task: Task, by_index: bool = False) -> int | float:
     """Parse a raw label: a class name (or index, for GLUE files) or a regression score."""
+    if isinstance(value, (dict, list)):
+        raise _BadRow(f"label must be a string or a number, got {_kind(value)}")
     raw = "" if value is None else str(value).strip()
     if not raw:
         raise _BadRow("missing label")
     if task.kind in ("regression", "embedding"):  # a score (an embedding task's pair similarity)
         try:
-            return float(raw)
+            score = float(raw)
         except ValueError:
             raise _BadRow(f"label {raw!r} is not a number") from None
+        if not math.isfinite(score):  # nan/inf: a missing or broken score, which turns the metric into nan
+            raise _BadRow(f"label {raw!r} is not a finite number")
+        return score
     if by_index and raw.isdigit() and int(raw) < len(task.labels):
         return int(raw)
     if not by_index and raw in task.labels:
@@ -111,13 +137,15 @@ def read_text(path: Path, *, encoding: str = "utf-8-sig") -> str:
     try:
         return raw.decode(encoding)
     except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
+        head = raw[:e.start]  # line ends as _lines counts them
+        line = head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1
         raise EdgebertError(f"{path}:{line}: byte 0x{raw[e.start]:02x} is not UTF-8; re-save the file as UTF-8 "
                             "(e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def _lines(text: str) -> list[str]:
-    """Lines as a text-mode file splits them (\\n, \\r\\n or \\r), without their ends."""
+    """Lines as a text-mode file splits them (\\n, \\r\\n or \\r), without their ends. Not str.splitlines,
+    which also splits on U+2028, U+0085, \\f and others a text may hold, so line numbers would drift."""
     return [line.rstrip("\r\n") for line in io.StringIO(text, newline="")]
 
 

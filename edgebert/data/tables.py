@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -16,35 +17,70 @@ from ..config import Config
 from ..device_tests.files import sha256
 from ..errors import EdgebertError
 from ..tokenizer import _first_line
-from .readers import _BadRow, _label, _Rows, _text, nonempty, read_text
+from .readers import _BadRow, _kind, _label, _lines, _Rows, _text, nonempty, read_text
 from .tasks import Example, Split, Task
 
 SUFFIXES = (".csv", ".tsv", ".jsonl")
 
 
-def _records(path: Path) -> Iterator[tuple[int, dict | None]]:
-    """(line, record) pairs; record is None when the line has the wrong number of fields."""
+def _records(path: Path) -> Iterator[tuple[int, dict | str]]:
+    """(line, record) pairs; in place of a record, what is wrong with the line (a bad row). Lines are
+    numbered as `_lines` numbers them, so a U+2028 inside a JSON string does not shift the count."""
     text = read_text(path)
     if path.suffix == ".jsonl":
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(_lines(text), start=1):
             if line.strip():
-                try:
-                    yield number, json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise EdgebertError(f"{path}:{number}: not valid JSON ({e.msg}); fix the line") from e
+                yield number, _json_record(path, number, line)
         return
     tsv = path.suffix == ".tsv"
+    # Every field fits in its file: lift csv's 128 KiB cap, so a long text is read (and truncated to the
+    # model's length later, with a count in the log) rather than failing as a raw _csv.Error.
+    csv.field_size_limit(max(csv.field_size_limit(), min(len(text), 2**31 - 1)))
     reader = csv.DictReader(
         io.StringIO(text, newline=""), delimiter="\t" if tsv else ",",
         quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL,
     )
-    for record in reader:
-        wrong = None in record or None in record.values()
-        yield reader.line_num, None if wrong else record
+    try:
+        _unique(path, reader.fieldnames or [], reader.line_num)
+        for record in reader:
+            wrong = None in record or None in record.values()
+            yield reader.line_num, "wrong number of columns" if wrong else record
+    except csv.Error as e:
+        raise EdgebertError(f"{path}:{reader.line_num}: {e}; fix the line") from None
+
+
+def _unique(path: Path, names: Sequence[str], line: int) -> None:
+    """Refuse a header that names a column twice: a reader would silently keep only the last one."""
+    seen: dict[str, int] = {}
+    for column, name in enumerate(names, start=1):
+        if name.strip() and name in seen:  # blank names: the trailing empty columns spreadsheets write
+            raise EdgebertError(f"{path}:{line}: column {name!r} appears twice in the header (columns "
+                                f"{seen[name]} and {column}); rename or remove one")
+        seen.setdefault(name, column)
+
+
+def _json_record(path: Path, number: int, line: str) -> dict | str:
+    """One JSONL line's object, or what is wrong with it: a key twice, or not an object at all."""
+    def fields(pairs):
+        keys = [k for k, _ in pairs]
+        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        if twice is not None:
+            raise _BadRow(f"field {twice!r} appears twice; keep one")
+        return dict(pairs)
+
+    try:
+        record = json.loads(line, object_pairs_hook=fields)
+    except json.JSONDecodeError as e:
+        raise EdgebertError(f"{path}:{number}: not valid JSON ({e.msg}); fix the line") from e
+    except _BadRow as e:
+        return str(e)
+    if not isinstance(record, dict):
+        return f"the line holds {_kind(record)}, not a JSON object with named fields"
+    return record
 
 
 def _to_examples(
-    records: Iterable[tuple[str, dict | None]],
+    records: Iterable[tuple[str, dict | str]],
     task: Task,
     text_column: str,
     text_pair_column: str | None,
@@ -54,8 +90,8 @@ def _to_examples(
     examples = []
     for where, record in records:
         try:
-            if record is None:
-                raise _BadRow("wrong number of columns")
+            if isinstance(record, str):
+                raise _BadRow(record)
             missing = [c for c in (text_column, text_pair_column) if c and c not in record]
             if missing:
                 raise _BadRow(f"no {missing[0]!r} column (has {list(record)})")
@@ -86,10 +122,21 @@ def _is_score(value) -> bool:
     return not text.lstrip("+-").isdigit()
 
 
+def _found(value) -> bool:
+    """Whether a raw label names a class or a score: not missing ("", "None"), not nan or inf, not a JSON
+    object or array; such rows are reported as bad rows, and must not add a class or turn a file into scores."""
+    if value is None or isinstance(value, (dict, list)) or str(value).strip() in ("", "None"):
+        return False
+    try:
+        return math.isfinite(float(str(value).strip()))
+    except ValueError:
+        return True
+
+
 def _infer(values: list, kind: str | None, paired: bool, labels: Sequence[str] | None) -> tuple[str, tuple]:
     """(kind, labels) from the raw label values: all scores → regression; else class names, sorted
     (numerically when they are all integers), so the same file always gives the same label order."""
-    found = [v for v in values if v is not None and str(v).strip() not in ("", "None")]
+    found = [v for v in values if _found(v)]
     if kind is None:
         scores = bool(found) and all(_is_score(v) or str(v).strip().lstrip("+-").isdigit() for v in found)
         kind = "regression" if scores and any(_is_score(v) for v in found) else (
@@ -114,7 +161,8 @@ def load_table(
     on_bad_row: str = "error",
 ) -> Split:
     """A CSV, TSV or JSONL file with named columns; labels default to the sorted values found, and the
-    kind to regression when every label is a score ("3.8"), else (pair-)classification."""
+    kind to regression when every label is a score ("3.8"), else (pair-)classification. A text must be a
+    string: a NUL in it makes a bad row, other control characters are removed (`readers._text`)."""
     path = Path(path)
     if path.suffix not in SUFFIXES:
         raise EdgebertError(f"{path}: unsupported file type; use .csv, .tsv or .jsonl")
@@ -123,7 +171,8 @@ def load_table(
     if kind == "token-classification":
         raise EdgebertError(f"{path}: token tasks need CoNLL-style files, not {path.suffix}")
     records = [(f"{path}:{number}", record) for number, record in _records(path)]
-    kind, labels = _infer([r.get(label_column) for _, r in records if r], kind, bool(text_pair_column), labels)
+    found = [r.get(label_column) for _, r in records if isinstance(r, dict)]
+    kind, labels = _infer(found, kind, bool(text_pair_column), labels)
     task = Task(path.stem, kind, labels, _metric(kind, labels))
     rows = _Rows(str(path), on_bad_row)
     examples = _to_examples(records, task, text_column, text_pair_column, label_column, rows)
@@ -222,10 +271,10 @@ def is_data_file(task: str) -> bool:
 def _columns(path: Path) -> list[str]:
     """The header of a CSV/TSV file, or the keys of a JSONL file's first record."""
     for _, record in _records(path):
-        if record is not None:
+        if isinstance(record, dict):
             return list(record)
     text = read_text(path)
-    first = text.splitlines()[0] if text.strip() else ""
+    first = _lines(text)[0] if text.strip() else ""
     return first.split("\t" if path.suffix == ".tsv" else ",") if path.suffix != ".jsonl" else []
 
 
