@@ -13,9 +13,12 @@ import importlib.util
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 import warnings
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -252,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     args.output = Output(quiet=args.quiet, stdout_to_log=args.verb == "compile")
     try:
-        with args.output:
+        with _stop_on_signals(), args.output:
             args.run(args)
         if args.output.result is not None:
             print(args.output.result, flush=True)
@@ -272,6 +275,26 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug: one line on screen, the traceback in a log
         return _crash(e)
     return 0
+
+
+@contextmanager
+def _stop_on_signals():
+    """Ctrl-C and SIGTERM (what `kill`, timeouts and schedulers send) both stop a run through the one cleanup
+    path, KeyboardInterrupt, which leaves nothing half-written; also when the shell that started the run in
+    the background set SIGINT to be ignored. The caller's handlers are back after."""
+    if threading.current_thread() is not threading.main_thread():  # Python sets handlers there only
+        yield
+        return
+    before = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+
+
+def _interrupt(signum: int, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _crash(error: Exception) -> int:

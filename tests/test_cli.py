@@ -4,6 +4,7 @@ holds only edgebert's own lines (the libraries' chatter in OUT/edgebert.log), `-
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -132,3 +133,52 @@ def test_a_device_this_machine_lacks_is_one_line_before_any_work(flags, tmp_path
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("edgebert: error: ")
     assert not (tmp_path / "out").exists()
+
+
+def _training(checkpoint, data, folder, **popen):
+    """A compile into folder/out that trains for as long as it is let, started, and waited for until its first
+    stage is being written."""
+    (folder / "recipe.toml").write_text(RECIPE.format(model=checkpoint).replace("steps = 4", "steps = 100000"))
+    run = subprocess.Popen([sys.executable, "-m", "edgebert.cli", "compile", "recipe.toml", "--out", "out", "--data",
+                            data], cwd=folder, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
+                           **popen)
+    deadline = time.monotonic() + 120
+    while not list(folder.glob("out/stages/.*.tmp")):
+        assert run.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    return run
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_stop_a_compile_at_once_leaving_nothing_half_written(sig, tiny_checkpoint, tiny_sst2,
+                                                                                tmp_path):
+    # started as a shell starts a background job: SIGINT ignored, which edgebert overrides
+    run = _training(tiny_checkpoint, tiny_sst2, tmp_path, stderr=subprocess.PIPE, text=True,
+                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    t0 = time.monotonic()
+    run.send_signal(sig)
+    try:
+        _, err = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert run.returncode == 130 and time.monotonic() - t0 < 5
+    assert err.splitlines()[-1].startswith("edgebert: interrupted (finished stages are kept")
+    assert not list((tmp_path / "out").rglob(".*.tmp"))
+
+
+def test_one_compile_per_output_folder_and_a_killed_ones_lock_and_litter_go(tiny_checkpoint, tiny_sst2, tmp_path):
+    from edgebert.pipeline.compile import _claimed
+
+    out = tmp_path / "out"
+    first = _training(tiny_checkpoint, tiny_sst2, tmp_path, stderr=subprocess.DEVNULL)
+    try:
+        second = _edgebert("compile", "recipe.toml", "--out", out, "--data", tiny_sst2, "--resume", cwd=tmp_path)
+        assert second.returncode == 2 and second.stderr.splitlines()[-1] == (
+            f"edgebert: error: output folder {out} is in use by another compile: wait for it to finish, or pass "
+            "another --out")
+    finally:
+        first.kill()
+        first.wait()
+    assert list(out.glob("stages/.*.tmp"))  # what the kill left half-written
+    with _claimed(out, resume=True, force=False):  # the lock went with the process; the litter goes now
+        assert not list(out.rglob(".*.tmp")) and (out / "edgebert.log").is_file()

@@ -14,11 +14,13 @@ import shutil
 import tempfile
 import time
 import warnings
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+from filelock import FileLock, Timeout
 
 from edgebert.device_tests.files import sha256
 from edgebert.device_tests.metrics import points
@@ -44,21 +46,62 @@ def _key(*parts) -> str:
     return fingerprint(*parts, length=12)
 
 
-def _prepare_out(out: Path, *, resume: bool, force: bool, need: int = 0) -> None:
+LOCK = "work/compile.lock"  # held by the one run writing in OUT; the OS frees it when that run dies
+
+
+@contextmanager
+def _claimed(out: Path, *, resume: bool, force: bool, need: int = 0):
+    """`out` ready to write and held by this run alone while the block runs. A second run into it is refused
+    at once (a killed run's lock goes with its process), and what a killed run left half-written beside its
+    atomic renames (`.*.tmp`, `.*.old`) is removed before anything reads the folder."""
+    lock = _claim(out, resume=resume, force=force, need=need)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _claim(out: Path, *, resume: bool, force: bool, need: int) -> FileLock:
     if out.exists() and not out.is_dir():
         raise EdgebertError(f"output {out} is a file: pass a folder for --out")
+    if not (resume or force) and out.is_dir() and _everything_but(out, out / LOCK):
+        raise EdgebertError(f"output folder {out} exists: pass --resume to continue it or --force to start over")
+    new, lock = not out.exists(), FileLock(out / LOCK, timeout=0)
     try:
-        if out.exists() and any(out.iterdir()):
-            if force:
-                shutil.rmtree(out)
-            elif not resume:
-                raise EdgebertError(f"output folder {out} exists: pass --resume to continue it or --force to start over")
-        out.mkdir(parents=True, exist_ok=True)
+        (out / LOCK).parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except Timeout:
+        raise EdgebertError(f"output folder {out} is in use by another compile: wait for it to finish, or pass "
+                            "another --out") from None
+    except OSError as e:
+        raise _unwritable(out, e) from None
+    try:
+        check_disk(out, need, "the compile", "free space or pass another --out")
+        for path in _everything_but(out, out / LOCK) if force else _half_written(out):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
         with tempfile.TemporaryFile(dir=out):
             pass
-    except OSError as e:
-        raise EdgebertError(f"cannot write the output folder {out} ({e.strerror}): pass a writable --out") from None
-    check_disk(out, need, "the compile", "free space or pass another --out")
+    except (EdgebertError, OSError) as e:
+        lock.release()
+        if new:  # a refused run leaves no folder behind
+            shutil.rmtree(out, ignore_errors=True)
+        raise _unwritable(out, e) if isinstance(e, OSError) else e from None
+    return lock
+
+
+def _unwritable(out: Path, error: OSError) -> EdgebertError:
+    return EdgebertError(f"cannot write the output folder {out} ({error.strerror}): pass a writable --out")
+
+
+def _everything_but(out: Path, keep: Path) -> list[Path]:
+    """What is in `out` beside the lock (`keep`): what --force deletes, and what makes `out` not new."""
+    inside = [p for p in keep.parent.iterdir() if p != keep] if keep.parent.is_dir() else []
+    return [p for p in out.iterdir() if p != keep.parent] + inside
+
+
+def _half_written(out: Path) -> list[Path]:
+    """What atomic writes (device_tests.files) leave when their process is killed before the rename."""
+    return sorted((p for pattern in (".*.tmp", ".*.old") for p in out.rglob(pattern)), reverse=True)
 
 
 def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, resume: bool = False,
@@ -81,14 +124,21 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     ctx = context(recipe, out, data_dir)  # bad data or recipe fails here, before anything is written
     start, weights = _start_weights(recipe)
     need = 4 * sum(f.stat().st_size for f in weights)  # stage models, ONNX, TFLite, bundle
+    with ExitStack() as held:
+        def prepare():
+            held.enter_context(_claimed(out, resume=resume, force=force, need=need))
+            if on_out:
+                on_out(out)
 
-    def prepare():
-        _prepare_out(out, resume=resume, force=force, need=need)
-        if on_out:
-            on_out(out)
+        ranks.first(prepare)
+        return _compile(ctx, start, _start_key(ctx, start, weights), bench=bench, rebench=rebench, budget=budget,
+                        target=target, pick=pick)
 
-    ranks.first(prepare)
-    key = _start_key(ctx, start, weights)
+
+def _compile(ctx: Context, start: Path, key: str, *, bench: bool | None, rebench: bool, budget: list | None,
+             target: str, pick: str) -> Path:
+    """The stages and the bundle, into a claimed output folder."""
+    recipe, out, ranks = ctx.recipe, ctx.out, Accelerator.process()
     found = None
     if budget is None:
         state, stages, key = _run_stages(ctx, start, key)
@@ -127,8 +177,9 @@ def run_stages(recipe: Recipe, out: str | Path, *, data_dir: str | None = None) 
     out = Path(out).resolve()
     ctx = context(recipe, out, data_dir)
     start, weights = _start_weights(recipe)
-    Accelerator.process().first(lambda: out.mkdir(parents=True, exist_ok=True))
-    return _run_stages(ctx, start, _start_key(ctx, start, weights))[1]
+    with ExitStack() as held:
+        Accelerator.process().first(lambda: held.enter_context(_claimed(out, resume=True, force=False)))
+        return _run_stages(ctx, start, _start_key(ctx, start, weights))[1]
 
 
 def _tries(recipe: Recipe, name: str) -> list[Recipe]:
