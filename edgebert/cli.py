@@ -66,6 +66,7 @@ def _compile(args: argparse.Namespace) -> None:
     from .pipeline import recipe as recipes
     from .pipeline.compile import compile, summary, summary_data
     from .pipeline.search import parse_budget
+    from .targets import check as check_target
 
     if not Accelerator.process().main:  # one of torchrun's ranks: rank 0 speaks for them all
         args.output.mute()
@@ -80,9 +81,11 @@ def _compile(args: argparse.Namespace) -> None:
                                pair=args.pair_column, label=args.label_column, kind=args.kind)
     if args.stages:
         recipe = recipes.with_stages(recipe, args.stages.split(","))
-    if not args.budget and (args.target or args.pick):
+    if args.budget is None and (args.target or args.pick):
         raise EdgebertError(f"--{'target' if args.target else 'pick'} belongs to the budget search: pass --budget too")
-    budget = parse_budget(args.budget) if args.budget else None
+    budget = parse_budget(args.budget) if args.budget is not None else None  # --budget '' is refused, not ignored
+    if args.target:
+        check_target(args.target)  # a misspelling fails now, not after the stages trained
     bundle = compile(recipe, args.out, data_dir=args.data, resume=args.resume, force=args.force,
                      bench=False if args.no_bench else None, rebench=args.rebench,
                      on_out=lambda out: args.output.log_to(out / LOG), budget=budget,

@@ -212,6 +212,17 @@ RECIPES = [
      "max_length 100 exceeds the model's 64 positions; set max_length = 64 or less in the recipe"),
     ("on-bad-row-value", dict(top='on_bad_row = "ignore"'), "on_bad_row: expected \"error\" or \"skip\""),
     ("unknown-task", dict(top=""), None),
+    ("no-stages", dict(stages="[]"), "stages: the recipe exports nothing; add \"export\" to stages"),
+    ("exports-nothing", dict(stages='["finetune"]'), "stages: the recipe exports nothing; add \"export\" to stages"),
+    ("seq-lens-twice", dict(tables='[export]\nformats = ["onnx"]\nseq_lens = [16, 16]\n'),
+     "export.seq_lens: 16 is listed twice"),
+    ("seq-lens-empty", dict(tables='[export]\nformats = ["onnx"]\nseq_lens = []\n'),
+     "export.seq_lens: empty"),
+    ("quantize-writes-nothing", dict(stages='["finetune", "quantize"]', tables='[quantize]\nonnx = "none"\n'),
+     'quantize: every format\'s method is "none" and no stage exports'),
+    ("formats-empty", dict(tables='[export]\nformats = []\nseq_lens = [16]\n'), "export.formats: empty"),
+    ("formats-twice", dict(tables='[export]\nformats = ["onnx", "onnx"]\nseq_lens = [16]\n'),
+     "export.formats: 'onnx' is listed twice"),
 ]
 
 
@@ -223,6 +234,18 @@ def test_bad_recipe_is_refused_before_any_work(case, fault_kit, capsys):
         recipe.write_text(recipe.read_text().replace('task = "sst2"', 'task = "imdb"'))
         expect = "unknown task 'imdb'"
     compile_refused(capsys, fault_kit, recipe, expect=expect)
+
+
+FLAGS = [
+    ("empty-budget", ["--budget", ""], "--budget: no constraint given"),
+    ("unknown-target", ["--budget", "drop<=1.0", "--target", "phone"], "unknown target 'phone': use local,"),
+]
+
+
+@pytest.mark.parametrize("case", FLAGS, ids=[c[0] for c in FLAGS])
+def test_bad_flag_is_refused_before_any_work(case, fault_kit, capsys):
+    _, flags, expect = case
+    compile_refused(capsys, fault_kit, fault_kit.recipe(), expect=expect, extra=flags)
 
 
 def test_not_toml_and_missing_recipe(fault_kit, capsys, tmp_path):

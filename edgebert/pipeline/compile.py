@@ -118,6 +118,8 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
         raise EdgebertError("--rebench asks for fresh timings and --no-bench for none: pass one of them")
     if force and resume:
         raise EdgebertError("--force deletes the output folder and --resume continues it: pass one of them")
+    if not any(STAGES.get(name).writes_files for name in recipe.stages):
+        raise EdgebertError(f"stages: the recipe exports nothing; add \"{bundle_stage().name}\" to stages")
     ranks = Accelerator.process()  # under torchrun: every rank trains, rank 0 alone writes
     if budget is not None and ranks.world > 1:
         raise EdgebertError("--budget measures each candidate's latency in one process: run it without torchrun")
@@ -145,10 +147,7 @@ def _compile(ctx: Context, start: Path, key: str, *, bench: bool | None, rebench
     else:
         ctx, state, stages, key, found = search(ctx, budget, lambda c, first=key: _run_stages(c, start, first),
                                                 start_key=key, target=target, pick=pick, fresh=rebench)
-    exporter = bundle_stage().name
-    if not state.files:
-        raise EdgebertError(f"stages: the recipe exports nothing; add \"{exporter}\" to stages")
-    bench = True if rebench else recipe.stage(exporter).bench if bench is None else bench
+    bench = True if rebench else recipe.stage(bundle_stage().name).bench if bench is None else bench
     records = [r.to_dict() for r in stages]
     build = _key(key, bench, records, state.verification, found)  # what the bundle is a function of
     if not rebench and ranks.first(lambda: _current(out / "bundle", build)):

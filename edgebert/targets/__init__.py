@@ -14,12 +14,22 @@ from .local import Local
 from .qemu import Qemu
 from .ssh import Ssh
 
-__all__ = ["Adb", "BenchError", "Job", "Local", "Qemu", "Ssh", "parse", "parse_benchmark_model"]
+__all__ = ["Adb", "BenchError", "Job", "Local", "Qemu", "Ssh", "check", "parse", "parse_benchmark_model"]
+
+
+def check(target: str) -> None:
+    """Refuse a target that is none of the spellings, in one line and without connecting or provisioning
+    (`parse` does both): a compile checks its --target before its stages train."""
+    if target != "local" and not target.startswith("ssh://") and target.partition(":")[0] not in ("adb",
+                                                                                                  "qemu-aarch64"):
+        raise BenchError(f"unknown target {target!r}: use local, ssh://user@host[:port], adb[:serial] "
+                         "or qemu-aarch64[:cpu]")
 
 
 def parse(target: str, *, ssh_key=None, ssh_options=(), remote_python=None, remote_dir=None,
           benchmark_model=None, signature=None, op_profile=False, log=print):
     """A target object from its spelling: local, ssh://user@host[:port], adb[:serial], qemu-aarch64[:cpu]."""
+    check(target)
     if target == "local":
         return Local()
     if target.startswith("ssh://"):
@@ -27,7 +37,4 @@ def parse(target: str, *, ssh_key=None, ssh_options=(), remote_python=None, remo
     kind, _, arg = target.partition(":")
     if kind == "adb":
         return Adb(arg or None, remote_python, benchmark_model, signature, op_profile)
-    if kind == "qemu-aarch64":
-        return Qemu(arg or None, log)
-    raise BenchError(f"unknown target {target!r}: use local, ssh://user@host[:port], adb[:serial] "
-                     "or qemu-aarch64[:cpu]")
+    return Qemu(arg or None, log)

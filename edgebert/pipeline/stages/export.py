@@ -29,9 +29,18 @@ class ExportStageConfig(Config):
 
     def __post_init__(self):
         known = [f.name for f in formats.all_formats()]
+        if not self.formats:
+            raise EdgebertError(f"export.formats: empty, so the bundle would hold no model; list one or more of "
+                                f"{', '.join(known)}")
         for name in self.formats:
             if name not in known:
                 raise EdgebertError(f"export.formats: unknown format {name!r}; use {' and/or '.join(known)}")
+        if not self.seq_lens:
+            raise EdgebertError("export.seq_lens: empty; list the lengths to export, e.g. [16, 32, 64]")
+        for name, values in (("formats", self.formats), ("seq_lens", self.seq_lens)):
+            twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+            if twice is not None:
+                raise EdgebertError(f"export.{name}: {twice!r} is listed twice; list each once")
 
 
 def lengths_up_to(top: dict) -> dict:

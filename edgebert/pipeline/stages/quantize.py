@@ -16,7 +16,7 @@ from edgebert.quantize.config import Method, Target, host_target
 
 from ..context import Context, StageRecord, State, task_model
 from ..resources import Work
-from .registry import Stage, register
+from .registry import Stage, bundle_stage, register
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +61,16 @@ def check_lengths(recipe, options, encoder, tokenizer) -> None:
     if too_long:
         raise EdgebertError(f"export.seq_lens: {too_long[0]} is longer than max_length {recipe.max_length}, so the "
                             f"tokenizer never fills it; use lengths up to {recipe.max_length}")
+
+
+def check(recipe, options, encoder, tokenizer) -> None:
+    """The export lengths, and a file to write: with every method "none" only the export stage writes any."""
+    check_lengths(recipe, options, encoder, tokenizer)
+    exporter = bundle_stage().name
+    if exporter not in recipe.stages and all(options.method(formats.get(f)) == "none"
+                                             for f in recipe.stage(exporter).formats):
+        raise EdgebertError(f"quantize: every format's method is \"none\" and no stage exports, so the recipe "
+                            f"exports nothing; add \"{exporter}\" to stages")
 
 
 def export_config(fmt: formats.Format, export_options, **changes):
@@ -113,5 +123,5 @@ def key(recipe) -> dict:
 
 
 register(Stage(name="quantize", options=QuantizeStageConfig, run=run, key=key, keyed_by_code=True, by_default=True,
-               check=check_lengths, work=lambda o, data: Work(seconds=30), writes_files=True, manifest="quantization",
+               check=check, work=lambda o, data: Work(seconds=30), writes_files=True, manifest="quantization",
                calibration=lambda o: o.calibration_size, searched={"embeddings": "embeddings"}))
