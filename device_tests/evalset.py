@@ -52,8 +52,11 @@ class EvalSet:
     def __init__(self, path: str):
         try:
             data = dict(np.load(path, allow_pickle=False))
-        except (OSError, ValueError) as e:
+        except OSError as e:
             raise HarnessError(f"cannot read eval set {path} ({e}): pass the eval.npz the exporter wrote") from None
+        except ValueError:  # numpy's own advice (allow_pickle) would run code from an untrusted file
+            raise HarnessError(f"eval set {path} is not an .npz file of arrays: pass the eval.npz the exporter "
+                               "wrote") from None
         missing = [k for k in ("input_ids", "attention_mask", "lengths") if k not in data]
         if missing:
             raise HarnessError(f"eval set {path} lacks {', '.join(missing)}: re-export it (needs input_ids, "

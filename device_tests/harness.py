@@ -173,13 +173,20 @@ def _scores(args, data: EvalSet, logits: np.ndarray, truncated: set) -> tuple[di
     return fields, warnings
 
 
+def _files(*given: tuple[str, str, str]) -> None:
+    """Each (path, flag, an example file name) names a file: a folder or a missing path is one line."""
+    for path, flag, example in given:
+        if os.path.isdir(path):
+            raise HarnessError(f"{flag} {path} is a folder: pass the file in it (e.g. {path.rstrip('/')}/{example})")
+        if not os.path.isfile(path):
+            raise HarnessError(f"{flag} {path} does not exist")
+
+
 def run(args) -> dict:
     """Everything `python -m device_tests run` measures, as the result dict."""
     clock = _Clock(args.timeout)
     clock.phase = "checking files"
-    for path, what in ((args.model, "--model"), (args.inputs, "--inputs")):
-        if not os.path.isfile(path):
-            raise HarnessError(f"{what} {path} does not exist")
+    _files((args.model, "--model", "model.onnx"), (args.inputs, "--inputs", "eval.npz"))
     digest, verified, unverified = _verify(args)
     data = _eval_set(args, verified)
     backend, model, load_ms = _load(args, clock)
@@ -224,8 +231,7 @@ def run_text(args) -> dict:
 
     clock = _Clock(args.timeout)
     clock.phase = "checking files"
-    if not os.path.isfile(args.model):
-        raise HarnessError(f"--model {args.model} does not exist")
+    _files((args.model, "--model", "model.onnx"))
     for flag, value in (("--pad-to", args.pad_to), ("--duration", args.duration), ("--logits", args.logits),
                         ("--batch", args.batch != 1)):
         if value:
@@ -247,11 +253,17 @@ def run_text(args) -> dict:
         results.append(text.read_out(model.run({n: feeds[n] for n in model.names}), model.output, encoding, line,
                                      pair, labels))
     clock.stop()
+    cut = [number for number, line in enumerate(results, 1) if line.get("truncated")]
+    notes = [f"{len(cut)} of {len(results)} lines are longer than the model's {tokenizer.truncation['max_length']} "
+             f"tokens and were cut to them (line {', '.join(map(str, cut[:5]))}{', ...' if len(cut) > 5 else ''}; "
+             "`truncated` in the output): their answers read only the start"] if cut else []
+    for note in notes:  # on screen, as the manifest warning is: a reader of the lines may never look
+        print(f"device_tests: warning: {note}", file=sys.stderr, flush=True)
     return {"harness": __version__, "complete": True,
             "model": {"file": os.path.basename(args.model), "sha256": digest, **verified},
             "runtime": {"backend": backend, "version": model.version, **model.accelerator},
             "tokenizer": os.path.basename(tokenizer_path), "labels": labels, "output": model.output,
-            "lines": results, "warnings": [w for w in (unverified,) if w] + list(model.warnings)}
+            "lines": results, "warnings": [w for w in (unverified,) if w] + list(model.warnings) + notes}
 
 
 def write(result: dict, path: str) -> None:

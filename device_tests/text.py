@@ -23,7 +23,9 @@ def read_lines(path: str) -> list[tuple[str, str | None]]:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise HarnessError(f"cannot read --text {path} ({e}): pass a UTF-8 file, one sentence or "
+        shown = path if len(path) <= 80 else f"{path[:60]}... ({len(path)} characters)"  # text given for a path
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise HarnessError(f"cannot read --text {shown} ({reason}): pass a UTF-8 file, one sentence or "
                            "tab-separated pair a line") from None
     out = []
     for number, line in enumerate(lines, 1):

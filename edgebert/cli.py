@@ -56,7 +56,7 @@ def _inspect(args: argparse.Namespace) -> None:
 
 
 RECIPES = Path(__file__).parent / "recipes"
-QUICK_TRADE = ("edgebert: --quick trains on 3,000 SST-2 sentences for a few hundred steps per stage, minutes instead "
+QUICK_TRADE = ("edgebert: --quick trains on {data} for a few hundred steps per stage, minutes instead "
                "of the full recipe's hours, and its model is far less accurate (sst2-minilm-quick.toml says by how "
                "much): a first look and a CI check, not a model to ship")
 
@@ -74,11 +74,13 @@ def _compile(args: argparse.Namespace) -> None:
         raise EdgebertError("--quick picks the packaged quick recipe: pass either a RECIPE or --quick")
     source = Path(args.recipe) if args.recipe else RECIPES / ("sst2-minilm-quick.toml" if args.quick else "sst2-minilm.toml")
     recipe = recipes.with_device(recipes.load(source), args.device, args.precision)  # a missing GPU: refused first
-    if args.quick:
-        print(QUICK_TRADE, file=sys.stderr, flush=True)
     overrides = {name: getattr(args, name) for name in ("model", "teacher", "on_bad_row") if getattr(args, name)}
     recipe = recipes.with_data(replace(recipe, **overrides), args.task, dev=args.dev_file, text=args.text_column,
                                pair=args.pair_column, label=args.label_column, kind=args.kind)
+    if args.quick:
+        data = f"at most {recipe.train_limit:,} examples of {args.task}" if args.task else \
+            f"{recipe.train_limit:,} SST-2 sentences"
+        print(QUICK_TRADE.format(data=data), file=sys.stderr, flush=True)
     if args.stages:
         recipe = recipes.with_stages(recipe, args.stages.split(","))
     if args.budget is None and (args.target or args.pick):

@@ -434,6 +434,13 @@ class Encoder(nn.Module):
 def check_inputs(config: EncoderConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                  token_type_ids: torch.Tensor | None) -> None:
     """Refuse inputs the forward would otherwise broadcast, index out of range or answer from nothing."""
+    for name, t in (("input_ids", input_ids), ("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+        if t is None and name != "input_ids":
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise EdgebertError(f"{name} is a {type(t).__name__}: pass a torch tensor (torch.as_tensor({name}))")
+        if name != "attention_mask" and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
+            raise EdgebertError(f"{name} has dtype {t.dtype}: pass integer ids ({name}.long())")
     if input_ids.dim() != 2:
         raise EdgebertError(f"input_ids has shape {tuple(input_ids.shape)}: pass a [batch, tokens] tensor "
                             "(add a batch dimension with input_ids[None])")
@@ -449,6 +456,9 @@ def check_inputs(config: EncoderConfig, input_ids: torch.Tensor, attention_mask:
         raise EdgebertError(f"input_ids holds id {bad}, outside the model's vocabulary 0..{config.vocab_size - 1}: "
                             "tokenize with the model's own tokenizer")
     if attention_mask is not None:
+        other = attention_mask[(attention_mask != 0) & (attention_mask != 1)]
+        if other.numel():  # a soft mask would weight keys by log(value), which no exported file reproduces
+            raise EdgebertError(f"attention_mask holds {other[0].item()}: pass 1 for each token and 0 for padding")
         empty = (attention_mask == 0).all(dim=1).nonzero()
         if len(empty):
             raise EdgebertError(f"attention_mask row {int(empty[0])} is all zeros, so the model would answer from "

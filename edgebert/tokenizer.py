@@ -132,6 +132,9 @@ def encode(
     common cause of accuracy that differs between training and device.
     """
     check_max_length(tokenizer, max_length)
+    for name, given in (("texts", texts), ("text_pairs", text_pairs)):
+        if isinstance(given, str):  # list("a string") would be its characters, each encoded as a text
+            raise EdgebertError(f"{source}: {name} is one string; pass a list of them ([{name[:-1]}])")
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise EdgebertError(
             f"{source}: {len(texts)} texts but {len(text_pairs)} text pairs; pass one pair per text"

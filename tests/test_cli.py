@@ -120,6 +120,10 @@ def test_quick_says_what_it_trades_away(tmp_path):
     proc = _edgebert("compile", "--quick", "--out", tmp_path / "out", "--data", tmp_path)  # no data: stops early
     assert proc.returncode == 2 and "sst2" in proc.stderr.splitlines()[-1]
     assert "--quick trains on 3,000 SST-2 sentences" in proc.stderr and "not a model to ship" in proc.stderr
+    (tmp_path / "mine.csv").write_text("text,label\n")  # the user's own task: the banner names it
+    proc = _edgebert("compile", "--quick", "--task", tmp_path / "mine.csv", "--out", tmp_path / "out")
+    assert proc.returncode == 2 and f"--quick trains on at most 3,000 examples of {tmp_path / 'mine.csv'} for" \
+        in proc.stderr and "SST-2" not in proc.stderr
 
 
 @pytest.mark.parametrize("flags", [["--device", "cuda"], ["--device", "cuda:3"], ["--device", "mps"],

@@ -304,7 +304,13 @@ OUTS = [
      "exists: pass --resume to continue it or --force to start over"),
     ("out-under-proc", lambda t: Path("/proc/edgebert-out"), "cannot write the output folder /proc/edgebert-out"),
     ("out-under-a-file", lambda t: _made(t / "g") / "out", "cannot write the output folder"),
+    ("out-symlink-loop", lambda t: _looped(t / "loop"), "cannot use the output folder"),
 ]
+
+
+def _looped(path: Path) -> Path:
+    path.symlink_to(path.name)
+    return path
 
 
 @pytest.mark.parametrize("case", OUTS, ids=[c[0] for c in OUTS])
@@ -728,9 +734,10 @@ def test_unreadable_eval_set(tmp_path):
     from edgebert.device_tests import HarnessError
     from edgebert.device_tests.evalset import EvalSet
 
-    (tmp_path / "eval.npz").write_bytes(b"not a zip")
-    with pytest.raises(HarnessError, match="cannot read eval set"):
+    (tmp_path / "eval.npz").write_bytes(b"not a zip")  # a model file passed as --inputs reads the same
+    with pytest.raises(HarnessError, match="is not an .npz file of arrays: pass the eval.npz") as e:
         EvalSet(str(tmp_path / "eval.npz"))
+    assert "pickle" not in str(e.value)  # numpy's advice to load it unsafely is not passed on
 
 
 METRIC = [
@@ -820,6 +827,41 @@ def test_forward_refuses_inputs_it_would_misread(case, kind, fault_kit):
     with torch.no_grad(), pytest.raises(EdgebertError, match=re.escape(expect)) as e:
         model(**{k: torch.from_numpy(v.astype(np.int64)) for k, v in feeds.items()})
     assert "\n" not in str(e.value) and ": " in str(e.value)
+
+
+TYPES = [
+    ("ids-list", lambda torch: dict(input_ids=[[1] * 8] * 2), "input_ids is a list: pass a torch tensor"),
+    ("ids-numpy", lambda torch: dict(input_ids=np.ones((2, 8), np.int64)), "input_ids is a ndarray: pass a torch tensor"),
+    ("ids-float", lambda torch: dict(input_ids=torch.ones(2, 8)), "input_ids has dtype torch.float32: pass integer ids"),
+    ("types-list", lambda torch: dict(token_type_ids=[[0] * 8] * 2), "token_type_ids is a list: pass a torch tensor"),
+    ("mask-soft", lambda torch: dict(attention_mask=torch.full((2, 8), 0.5)),
+     "attention_mask holds 0.5: pass 1 for each token and 0 for padding"),
+]
+
+
+@pytest.mark.parametrize("case", TYPES, ids=[c[0] for c in TYPES])
+def test_forward_refuses_what_is_not_a_tensor_of_ids_or_a_0_1_mask(case, fault_kit):
+    """Lists and arrays were raw torch errors, float ids were embedded, and a 0.5 mask weighted keys by log 0.5."""
+    import torch
+
+    from edgebert import checkpoint
+
+    _, make, expect = case
+    model = checkpoint.load(fault_kit.ckpt).eval()
+    feeds = {"input_ids": torch.ones(2, 8, dtype=torch.long), **make(torch)}
+    with torch.no_grad(), pytest.raises(EdgebertError, match=re.escape(expect)):
+        model(**feeds)
+    with torch.no_grad():  # a float mask of zeros and ones is a mask
+        model(torch.ones(2, 8, dtype=torch.long), torch.tensor([[1.0] * 8, [1.0] * 4 + [0.0] * 4]))
+
+
+def test_encode_refuses_one_string_for_a_list_of_texts(fault_kit):
+    from edgebert.tokenizer import encode, load_tokenizer
+
+    tok = load_tokenizer(fault_kit.ckpt)
+    for texts, pairs, name in (("a string", None, "texts"), (["a"], "b", "text_pairs")):
+        with pytest.raises(EdgebertError, match=f"inputs: {name} is one string; pass a list of them"):
+            encode(tok, texts, pairs, max_length=8)
 
 
 def test_forward_checks_stay_out_of_the_traced_graph(fault_kit):

@@ -179,6 +179,16 @@ def test_text_gives_labels_with_scores_and_reads_pairs(classifier, tmp_path):
     long = " ".join(["the cat"] * 40)
     rc, lines, err = _text(classifier / "model.onnx", [long], tmp_path)
     assert rc == 0 and lines[0]["truncated"] is True, err  # cut at the bundle's max_length, and said so
+    assert err.splitlines()[-1:] == ["device_tests: warning: 1 of 1 lines are longer than the model's 32 tokens and "
+                                "were cut to them (line 1; `truncated` in the output): their answers read only the "
+                                "start"]  # on screen, too
+    rc, _, err = _text(classifier, ["the cat"], tmp_path)  # a folder for --model
+    assert rc == 2 and err.strip() == (f"device_tests: error: --model {classifier} is a folder: pass the file in "
+                                       f"it (e.g. {classifier}/model.onnx)")
+    proc = subprocess.run([sys.executable, "-m", "edgebert.device_tests", "run", "--model", classifier / "model.onnx",
+                           "--text", long], capture_output=True, text=True, timeout=120)  # text where a file belongs
+    assert proc.returncode == 2 and proc.stderr.startswith("device_tests: error: cannot read --text the cat the cat")
+    assert f"... ({len(long)} characters) (" in proc.stderr and len(proc.stderr) < 250
 
 
 def test_text_gives_vectors_for_an_embeddings_output(tiny_tokenizer, classifier, tmp_path):

@@ -89,6 +89,14 @@ def _claim(out: Path, *, resume: bool, force: bool, need: int) -> FileLock:
     return lock
 
 
+def _absolute(out: str | Path) -> Path:
+    """The output folder, absolute; a symlink loop is one line (pathlib raises RuntimeError, or OSError)."""
+    try:
+        return Path(out).resolve()
+    except (RuntimeError, OSError) as e:
+        raise EdgebertError(f"cannot use the output folder {out} ({e}): pass another --out") from None
+
+
 def _unwritable(out: Path, error: OSError) -> EdgebertError:
     return EdgebertError(f"cannot write the output folder {out} ({error.strerror}): pass a writable --out")
 
@@ -113,7 +121,7 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     `rebench` rebuilds the bundle with fresh ones. `on_out(out)` is called once the output folder
     is ready (the CLI starts its log there). With a `budget` (search.parse_budget's bounds) the bundle
     is the `pick` of the [search] grid's candidates inside it, measured on `target` (pipeline.search)."""
-    out = Path(out).resolve()
+    out = _absolute(out)
     if rebench and bench is False:
         raise EdgebertError("--rebench asks for fresh timings and --no-bench for none: pass one of them")
     if force and resume:
@@ -173,7 +181,7 @@ def run_stages(recipe: Recipe, out: str | Path, *, data_dir: str | None = None) 
     """The records of `recipe`'s stages, run into `out` (or found there) as a compile of it runs them, without
     a bundle: a recipe that stops before export, to compare stage options (bench/recovery.py). Stages a
     compile into the same `out` has run already are reused."""
-    out = Path(out).resolve()
+    out = _absolute(out)
     ctx = context(recipe, out, data_dir)
     start, weights = _start_weights(recipe)
     with ExitStack() as held:
