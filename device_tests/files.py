@@ -37,17 +37,21 @@ def atomic_path(out: str | Path):
 
 
 @contextmanager
-def atomic_dir(out: str | Path, *, replace: bool = False):
-    """Yield a temporary folder beside `out`; rename it to `out` only if the block succeeds.
+def atomic_dir(out: str | Path, *, replace: bool = False, scratch: str | Path | None = None):
+    """Yield a temporary folder beside `out` (or in `scratch`, a folder on the same file system, so that
+    a killed process leaves its half-written folder there and nowhere else); rename it to `out` only if
+    the block succeeds.
 
     With `replace`, an existing `out` is swapped out and removed only once the new one is in place."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    where = Path(scratch) if scratch is not None else out.parent
+    where.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=where))
     try:
         yield tmp
         if replace and out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=where))
             os.replace(out, old)
             try:
                 os.replace(tmp, out)

@@ -268,18 +268,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"edgebert: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        again = " (finished stages are kept: add --resume to the same command to continue)" if args.verb == "compile" else ""
-        print(f"edgebert: interrupted{again}", file=sys.stderr)
-        return 130
+        return _interrupted(args.verb)
     except OSError as e:
         if disk_full(e):
             print(f"edgebert: error: disk full writing {e.filename or 'a file'}: free space, then run again"
                   f"{' with --resume' if args.verb == 'compile' else ''}", file=sys.stderr)
             return 2
-        return _crash(e)
+        return _interrupted(args.verb) if _from_interrupt(e) else _crash(e)
     except Exception as e:  # a bug: one line on screen, the traceback in a log
-        return _crash(e)
+        return _interrupted(args.verb) if _from_interrupt(e) else _crash(e)
     return 0
+
+
+def _interrupted(verb: str) -> int:
+    again = " (finished stages are kept: add --resume to the same command to continue)" if verb == "compile" else ""
+    print(f"edgebert: interrupted{again}", file=sys.stderr)
+    return 130
+
+
+def _from_interrupt(error: BaseException | None) -> bool:
+    """Whether `error` is a library's own error for an interrupt it caught (Ctrl-C during the import of a
+    C extension is onnxruntime's "ImportError: initialization failed"), not a bug."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 @contextmanager

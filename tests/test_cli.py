@@ -147,7 +147,7 @@ def _training(checkpoint, data, folder, **popen):
                             data], cwd=folder, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
                            **popen)
     deadline = time.monotonic() + 120
-    while not list(folder.glob("out/stages/.*.tmp")):
+    while not list(folder.glob("out/work/.*-finetune-*.tmp")):
         assert run.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
     return run
@@ -183,6 +183,22 @@ def test_one_compile_per_output_folder_and_a_killed_ones_lock_and_litter_go(tiny
     finally:
         first.kill()
         first.wait()
-    assert list(out.glob("stages/.*.tmp"))  # what the kill left half-written
+    assert list(out.glob("work/.*-finetune-*.tmp")) and not list(out.glob("stages/.*"))  # the kill's, in work/
     with _claimed(out, resume=True, force=False):  # the lock went with the process; the litter goes now
         assert not list(out.rglob(".*.tmp")) and (out / "edgebert.log").is_file()
+
+
+def test_an_interrupt_a_library_turned_into_its_own_error_is_still_an_interrupt(monkeypatch, capsys):
+    """Ctrl-C during the import of a C extension surfaces as onnxruntime's ImportError("initialization failed")
+    raised from the KeyboardInterrupt: that is exit 130 and the resume advice, not an internal error."""
+    from edgebert import cli
+
+    def import_interrupted(args):
+        try:
+            raise KeyboardInterrupt("SIGINT")
+        except KeyboardInterrupt as e:
+            raise ImportError("initialization failed") from e
+
+    monkeypatch.setattr(cli, "_compile", import_interrupted)
+    assert cli.main(["compile", "--quick"]) == 130
+    assert capsys.readouterr().err.splitlines()[-1].startswith("edgebert: interrupted (finished stages are kept")

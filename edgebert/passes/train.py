@@ -402,14 +402,15 @@ class Accelerator:
         return outcome[0]
 
     @contextmanager
-    def output(self, folder: Path):
-        """Where this rank writes what `folder` is to hold: rank 0 into `folder`, atomically (atomic_dir), the
-        others into a scratch folder deleted after: ranks that trained together made the same files, and rank 0's
-        copy is the one kept (the others wait for it at a barrier before reading it)."""
+    def output(self, folder: Path, scratch: Path | None = None):
+        """Where this rank writes what `folder` is to hold: rank 0 into `folder`, atomically (atomic_dir, its
+        temporary folder in `scratch`), the others into a temporary folder deleted after: ranks that trained
+        together made the same files, and rank 0's copy is the one kept (the others wait for it at a barrier
+        before reading it)."""
         from edgebert.device_tests.files import atomic_dir
 
         if self.main:
-            with atomic_dir(folder) as tmp:
+            with atomic_dir(folder, scratch=scratch) as tmp:
                 yield tmp
         else:
             with tempfile.TemporaryDirectory(prefix=f"edgebert-rank{self.rank}-") as tmp:

@@ -48,7 +48,7 @@ def write_bundle(out: str | Path, *, models: dict[str, str | Path], tokenizer_di
                  eval_arrays: dict[str, np.ndarray] | str | Path, manifest: dict,
                  report_points: list[dict] | None = None, max_length: int | None = None,
                  mediapipe: bool | None = None, source_model: str | Path | None = None,
-                 force: bool = False) -> Path:
+                 force: bool = False, scratch: str | Path | None = None) -> Path:
     """Write the bundle folder `out` atomically; refuse an existing `out` unless `force`.
 
     models: {bundle file name: source}, names ending .onnx/.tflite. max_length: the input contract's
@@ -59,7 +59,8 @@ def write_bundle(out: str | Path, *, models: dict[str, str | Path], tokenizer_di
     report_points: Pareto-chart points {stage, format, latency_ms, metric (in points), bytes[, metric_name]}.
     source_model: the PyTorch checkpoint the files were exported from; its Hugging Face config.json goes
     into the bundle, so Optimum's ORTModel and transformers' pipeline run model.onnx (the manifest's `hf`
-    says why not when transformers cannot express the model's shape)."""
+    says why not when transformers cannot express the model's shape). scratch: where the half-written
+    folder lives until it is renamed into place (default: beside `out`; a compile's OUT/work)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise EdgebertError(f"{out} is a file, not a bundle folder: pick another --out")
@@ -80,7 +81,7 @@ def write_bundle(out: str | Path, *, models: dict[str, str | Path], tokenizer_di
     check_disk(out.parent, need, f"bundle {out}", "free disk space or write it elsewhere")
     full = f"no space left writing bundle {out}: free disk space or write it elsewhere (nothing was left behind)"
     try:  # an old bundle is swapped out only once the new one is whole
-        with on_disk_full(full, out.parent), atomic_dir(out, replace=True) as tmp:
+        with on_disk_full(full, out.parent), atomic_dir(out, replace=True, scratch=scratch) as tmp:
             _fill(tmp, sources, tokenizer_dir, labels, arrays, extra, points, max_length, mediapipe, source_model)
     except OSError as e:
         raise EdgebertError(f"cannot write bundle {out}: {e.strerror or e} ({e.filename or out}); check the folder "

@@ -287,7 +287,7 @@ def _stage(ctx: Context, state: State, name: str, options, dest: Path, label: st
 def _run_stage(ctx: Context, state: State, name: str, options, dest: Path, ranks: Accelerator) -> None:
     t0 = time.time()
     with on_disk_full(f"disk full while writing stage {name} under {ctx.out}: free space, then re-run with "
-                      "--resume", ctx.out), ranks.output(dest) as tmp:
+                      "--resume", ctx.out), ranks.output(dest, scratch=ctx.out / "work") as tmp:
         record = STAGES.get(name).run(ctx, state, options, tmp, ctx.out / "work" / dest.name)
         record = replace(record, wall_s=record.wall_s or round(time.time() - t0, 1))  # a pass times itself
         (tmp / "record.json").write_text(json.dumps(record.to_dict(), indent=1, default=str))
@@ -431,7 +431,8 @@ def build_bundle(ctx: Context, state: State, stages: list[StageRecord], dest: Pa
     }
     bundle = write_bundle(dest, models=state.files, tokenizer_dir=ctx.tokenizer_dir, labels=labels,
                           eval_arrays=ctx.eval_arrays, manifest=manifest, report_points=chart,
-                          max_length=ctx.recipe.max_length, source_model=state.model, force=True)
+                          max_length=ctx.recipe.max_length, source_model=state.model, force=True,
+                          scratch=ctx.out / "work")
     log(f"bundle written to {bundle}")
     return bundle
 
