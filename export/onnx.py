@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -271,7 +272,8 @@ def export_onnx(model: nn.Module, config: OnnxExportConfig, spec: InputSpec, out
 
 
 def onnx_io(path: Path) -> dict:
-    """Input and output names, dtypes and (symbolic) shapes, read from the graph."""
+    """Input and output names, dtypes and (symbolic) shapes, and the ops with their counts (domain-qualified
+    when not the ONNX standard's), read from the graph."""
     import onnx
     from onnx import helper
 
@@ -287,8 +289,10 @@ def onnx_io(path: Path) -> dict:
                          "shape": [d.dim_param if d.HasField("dim_param") else d.dim_value if d.HasField("dim_value")
                                    else None for d in v.type.tensor_type.shape.dim]} for v in values}
 
+    ops = Counter(f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
+                  for n in model.graph.node)  # a reduced-operator ONNX Runtime build must keep each
     return {"format": "onnx", "inputs": tensors(v for v in model.graph.input if v.name not in weights),
-            "outputs": tensors(model.graph.output)}
+            "outputs": tensors(model.graph.output), "ops": dict(sorted(ops.items()))}
 
 
 ONNX = formats.register(formats.Format(runtime="onnxruntime", config=OnnxExportConfig, exporter=export_onnx,

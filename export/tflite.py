@@ -13,6 +13,7 @@ import contextlib
 import io
 import tempfile
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from edgebert.config import Config
+from edgebert.device_tests.accelerators import op_kinds
 from edgebert.device_tests.files import atomic_path
 from edgebert.errors import EdgebertError
 from edgebert.model import config_of
@@ -123,7 +125,8 @@ def export_tflite(model: nn.Module, config: TFLiteExportConfig, spec: InputSpec,
 
 
 def tflite_io(path: Path) -> dict:
-    """Each signature's length, input and output tensors (dtype, shape, int8 quantization)."""
+    """Each signature's length, input and output tensors (dtype, shape, int8 quantization), and the ops of all
+    signatures with their counts."""
     model = formats.get("tflite").open(path)
     signatures = {}
     for t, signature in model.signatures.items():
@@ -131,9 +134,10 @@ def tflite_io(path: Path) -> dict:
         signatures[signature.key] = {
             "length": t, "inputs": {n: _detail(d) for n, d in sorted(runner.get_input_details().items())},
             "outputs": {n: _detail(d) for n, d in sorted(runner.get_output_details().items())}}
+    ops = Counter(name for name, _ in op_kinds(str(path)))  # over all signatures: an op resolver needs each
     return {"format": "tflite", "lengths": list(model.signatures), "signatures": signatures,
             "choose": "the smallest seq_<T> with T >= the token count ([CLS] and [SEP] included); "
-                      "zero-pad every input to T"}
+                      "zero-pad every input to T", "ops": dict(sorted(ops.items()))}
 
 
 def _detail(d: dict) -> dict:

@@ -1,13 +1,16 @@
 """The app bundle: complete, reproducible, verified, and never half-written."""
 
 import errno
+import html
 import json
 import re
 import shutil
 import subprocess
 import zipfile
+from collections import Counter
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -67,6 +70,11 @@ def test_bundle_holds_everything_an_app_needs(inputs, tmp_path):
     contract = manifest["inputs"]
     assert contract["names"] == ["input_ids", "attention_mask", "token_type_ids"]
     assert contract["files"]["model.onnx"]["inputs"]["input_ids"] == {"dtype": "int64", "shape": ["batch", "sequence"]}
+    graph = onnx.load(str(out / "model.onnx")).graph  # the ops as shipped, counted, with their domain
+    counted = Counter(f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in graph.node)
+    assert contract["files"]["model.onnx"]["ops"] == dict(counted) and sum(counted.values()) == len(graph.node)
+    ops = ", ".join(f"{op} ×{n}" for op, n in sorted(counted.items()))
+    assert f"<td>{html.escape(ops)}</td>" in (out / "report.html").read_text()
     assert contract["tokenizer"]["lowercase"]
     assert contract["tokenizer"]["special_tokens"]["cls"] == {"token": "[CLS]", "id": 2}
     assert contract["max_length"] == 32  # no TFLite file: the model's positions

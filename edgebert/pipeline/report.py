@@ -235,8 +235,9 @@ def _contract(record: dict) -> dict:
     rows = []
     for name, io in inputs.get("files", {}).items():
         graphs = io["signatures"].items() if "signatures" in io else [("", io)]  # one graph, or one per length
-        for key, graph in graphs:
-            rows.append([name, io["format"], key, _tensors(graph["inputs"]), _tensors(graph["outputs"])])
+        for i, (key, graph) in enumerate(graphs):
+            ops = ", ".join(f"{op} ×{n}" for op, n in io.get("ops", {}).items()) if i == 0 else ""
+            rows.append([name, io["format"], key, _tensors(graph["inputs"]), _tensors(graph["outputs"]), ops])
     return {"names": ", ".join(inputs.get("names", [])), "single": str(tok.get("single_template")),
             "pair": str(tok.get("pair_template")),
             "special": ", ".join(f"{v['token']}={v['id']}" for v in tok.get("special_tokens", {}).values()),
