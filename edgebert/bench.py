@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import html
+import itertools
 import json
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -224,6 +226,19 @@ def write_report(runs: list[dict], prefix) -> tuple[Path, Path]:
     return md, page
 
 
+def _fresh_prefix() -> Path:
+    """./edgebert-bench-YYYYmmdd-HHMMSS[-N], its .md claimed with O_EXCL: two runs in one folder (of one
+    bundle or two) each keep their own report, where one default name let the last one win."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in itertools.count(1):
+        prefix = Path(f"edgebert-bench-{stamp}" + (f"-{n}" if n > 1 else ""))
+        try:
+            prefix.with_suffix(".md").open("x").close()
+            return prefix
+        except FileExistsError:
+            continue
+
+
 def _run(args: argparse.Namespace) -> None:
     if not args.model and not args.compare:
         raise BenchError("nothing to bench: pass a model or bundle, or --compare A.json B.json")
@@ -241,7 +256,7 @@ def _run(args: argparse.Namespace) -> None:
         runs += load(args.compare)
     print(table(runs))
     if len(runs) > 1 or args.report:
-        prefix = args.report or (Path(args.json).with_suffix("") if args.json else Path("edgebert-bench"))
+        prefix = args.report or (Path(args.json).with_suffix("") if args.json else _fresh_prefix())
         md, page = write_report(runs, prefix)
         print(f"\ncomparison: {md}, chart: {page}")
 
@@ -275,7 +290,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="seconds the harness may run (it stops itself); copies and probes get 30 s more")
     p.add_argument("--json", help="write all results here")
     p.add_argument("--report", help="write PREFIX.md and PREFIX.html (default with several results: "
-                   "beside --json, else ./edgebert-bench)")
+                   "beside --json, else ./edgebert-bench-DATE-TIME, a name no other run has)")
     p.add_argument("--compare", nargs="+", metavar="JSON", help="results of earlier runs to compare")
     p.add_argument("--ssh-key", help="private key for ssh targets (default: ssh config)")
     p.add_argument("--ssh-option", action="append", default=[], help="extra ssh -o option, e.g. Port=2222")

@@ -93,7 +93,7 @@ def test_checkpoints_are_chosen_on_training_examples_held_out(tiny_checkpoint, t
     texts = lambda d: [e.text for e in d.split.examples]
     assert sorted(texts(ctx.data.train) + texts(ctx.data.validation)) == sorted(texts(whole.data.train))
     assert texts(ctx.data.eval) == texts(whole.data.eval)  # the reported split is untouched
-    assert ctx.sources["validation"] == {"carved_from": "train", "rows": 9, "seed": 44}
+    assert ctx.sources["validation"] == {"carved_from": "train", "rows": 9, "seed": 44, "dropped": 0}
     with pytest.raises(EdgebertError, match="^validation: expected a non-negative int"):
         recipes.parse("validation = -1")
 

@@ -44,6 +44,20 @@ def test_compare_labels_emulated_runs(tiny, tmp_path):
     assert "EMULATED (qemu)" in page.read_text() and md.exists()
 
 
+def test_two_runs_in_one_folder_keep_their_own_reports(tiny, tmp_path, monkeypatch, capsys):
+    native = bench(tiny["bundle"] / "model.onnx", warmup=1, runs=5, json_out=tmp_path / "a.json")["runs"][0]
+    (tmp_path / "b.json").write_text(json.dumps(dict(native, target="ssh://pi@board")))
+    monkeypatch.chdir(tmp_path)
+    _cli("--compare", "a.json", "b.json")
+    _cli("--compare", "b.json", "a.json")  # the same second, most likely: the name must still be new
+    reports = sorted(tmp_path.glob("edgebert-bench-*.md"))
+    assert len(reports) == 2 and len(list(tmp_path.glob("edgebert-bench-*.html"))) == 2
+    rows = [[line.split("|")[1] for line in r.read_text().splitlines() if "model.onnx" in line] for r in reports]
+    assert rows[0] == rows[1][::-1] and len(set(rows[0])) == 2  # each its own table, in its own order
+    printed = capsys.readouterr().out
+    assert all(f"comparison: {r.name}" in printed for r in reports)
+
+
 def test_compare_refuses_incomplete_results(tmp_path):
     (tmp_path / "partial.json").write_text(json.dumps({"complete": False, "latency_ms": {}}))
     with pytest.raises(BenchError, match="incomplete result"):

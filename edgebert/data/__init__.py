@@ -12,7 +12,8 @@ from .evalset import pretokenize_eval
 from .metrics import compute_metrics
 from .mlm import MLMCollator, nsp_pairs
 from .readers import load_task
-from .tables import DataConfig, carve, is_data_file, load_data, load_hf, load_table
+from .holdout import carve
+from .tables import DataConfig, is_data_file, load_data, load_hf, load_table
 from .tasks import (
     CONLL_TAGS, DEFAULT_DATA, EMBEDDED_DATA, IGNORE, KINDS, TASKS, Example, Split, Task, data_root, get_task,
 )

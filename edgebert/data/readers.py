@@ -149,7 +149,8 @@ def _lines(text: str) -> list[str]:
     return [line.rstrip("\r\n") for line in io.StringIO(text, newline="")]
 
 
-def _read_glue(path: Path, task: Task, rows: _Rows) -> list[Example]:
+def _read_glue(path: Path, task: Task, rows: _Rows) -> tuple[list[Example], None]:
+    """A GLUE TSV's examples (its documents are unknown)."""
     lines = _lines(read_text(path))
     first = tuple(lines[0].split("\t")) if lines else ()
     for layout in _LAYOUTS[task.name]:
@@ -175,23 +176,26 @@ def _read_glue(path: Path, task: Task, rows: _Rows) -> list[Example]:
             examples.append(Example(text, pair, _label(fields[layout.label], task, by_index=True)))
         except _BadRow as e:
             rows.bad(f"{path}:{number}", str(e))
-    return examples
+    return examples, None
 
 
 # ---------------------------------------------------------------------------------------------
 # CoNLL-2003 (IOB2)
 
 
-def _read_conll(path: Path, task: Task, rows: _Rows) -> list[Example]:
-    """Sentences of `token POS chunk NER` lines; a bad line drops its whole sentence."""
-    examples, words, tags, broken = [], [], [], False
+def _read_conll(path: Path, task: Task, rows: _Rows) -> tuple[list[Example], list[int]]:
+    """Sentences of `token POS chunk NER` lines, and each one's document (counted by -DOCSTART- lines;
+    None for a file without them); a bad line drops its whole sentence."""
+    examples, documents, words, tags, broken, document = [], [], [], [], False, -1
     lines = _lines(read_text(path, encoding="utf-8"))
     for number, line in enumerate([*lines, "\n"], start=1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
             if words and not broken:
                 examples.append(Example(words, None, tags))
+                documents.append(document)
             words, tags, broken = [], [], False
+            document += bool(fields)
             continue
         if len(fields) != 4:
             rows.bad(
@@ -208,7 +212,7 @@ def _read_conll(path: Path, task: Task, rows: _Rows) -> list[Example]:
         else:
             words.append(fields[0])
             tags.append(task.labels.index(fields[3]))
-    return examples
+    return examples, documents if document >= 0 else None
 
 
 _READERS = {"sst2": _read_glue, "mrpc": _read_glue, "stsb": _read_glue, "stsb-embedding": _read_glue,
@@ -234,8 +238,8 @@ def load_task(
             f"{path} not found; check --data DIR (it should hold {task.files[split]})"
         )
     rows = _Rows(str(path), on_bad_row)
-    examples = _READERS[task.name](path, task, rows)
-    return Split(task, split, nonempty(examples, path, rows), rows.finish())
+    examples, documents = _READERS[task.name](path, task, rows)
+    return Split(task, split, nonempty(examples, path, rows), rows.finish(), documents)
 
 
 def nonempty(examples: list[Example], source, rows: _Rows) -> list[Example]:

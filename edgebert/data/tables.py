@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import math
-import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from ..config import Config
 from ..device_tests.files import sha256
 from ..errors import EdgebertError
 from ..tokenizer import _first_line
+from .holdout import carve
 from .readers import _BadRow, _kind, _label, _lines, _Rows, _text, nonempty, read_text
 from .tasks import Example, Split, Task
 
@@ -300,15 +300,6 @@ def _carve(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
         raise EdgebertError(f"data.dev_fraction: train holds {n} examples, too few to carve a dev split from; "
                             "add rows or give a dev file (data.dev)")
     return carve(train, size, seed, name="dev")
-
-
-def carve(split: Split, size: int, seed: int, *, name: str) -> tuple[Split, Split]:
-    """(the rest, `size` seeded-random examples named `name`) of `split`, each in file order."""
-    order = list(range(len(split)))
-    random.Random(seed).shuffle(order)
-    picked = set(order[:size])
-    return (replace(split, examples=[e for i, e in enumerate(split.examples) if i not in picked]),
-            replace(split, name=name, examples=[e for i, e in enumerate(split.examples) if i in picked]))
 
 
 def load_data(config: DataConfig, *, seed: int, on_bad_row: str = "error") -> tuple[Split, Split, dict]:

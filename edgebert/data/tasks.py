@@ -9,7 +9,7 @@ nothing beside the repository.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -72,15 +72,22 @@ class Example(NamedTuple):
 
 @dataclass
 class Split:
-    """Examples of one split, with the bad rows that were skipped ("file:line: problem")."""
+    """Examples of one split, with the bad rows that were skipped ("file:line: problem"), and where the
+    file knows them (CoNLL's -DOCSTART-), each example's document, so held-out splits take whole ones."""
 
     task: Task
     name: str
     examples: list[Example]
     skipped: list[str] = field(default_factory=list)
+    documents: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.examples)
+
+    def subset(self, indices: list[int], name: str | None = None) -> "Split":
+        """The examples at `indices`, in that order, with their documents."""
+        return replace(self, name=name or self.name, examples=[self.examples[i] for i in indices],
+                       documents=None if self.documents is None else [self.documents[i] for i in indices])
 
 
 def data_root(path: str | Path | None = None, *, task: str | None = None, rows: int = 0) -> Path:

@@ -9,7 +9,7 @@ import random
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -144,7 +144,7 @@ def _limited(split: data.Split, limit: int, seed: int) -> data.Split:
         return split
     order = list(range(len(split)))
     random.Random(seed).shuffle(order)
-    return replace(split, examples=[split.examples[i] for i in sorted(order[:limit])])
+    return split.subset(sorted(order[:limit]))
 
 
 def _splits(recipe, data_dir: str | None) -> tuple[data.Split, data.Split, dict]:
@@ -206,9 +206,14 @@ def _validation(train: data.Split, recipe, sources: dict) -> tuple[data.Split, d
     size = min(recipe.validation, len(train) // 10)
     if size < 1:
         return train, None
-    train, validation = data.carve(train, size, recipe.seed + 2, name="validation")
-    sources["validation"] = {"carved_from": "train", "rows": size, "seed": recipe.seed + 2}
-    return train, validation
+    rest, validation = data.carve(train, size, recipe.seed + 2, name="validation")
+    dropped = len(train) - len(rest) - len(validation)
+    sources["validation"] = {"carved_from": "train", "rows": len(validation), "seed": recipe.seed + 2,
+                             "dropped": dropped}
+    if dropped:
+        log(f"validation: {len(validation):,} training examples held out whole (no held-out text is inside a "
+            f"training text or holds one); {dropped:,} phrases they share with training texts are in neither")
+    return rest, validation
 
 
 def _encoded(recipe, train_split: data.Split, eval_split: data.Split, tok,

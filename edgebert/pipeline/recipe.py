@@ -45,7 +45,8 @@ class Recipe:
     max_length: int = 64
     eval_limit: int = 0  # 0 = the whole eval split; set for a quick run
     train_limit: int = 0  # 0 = the whole training split
-    validation: int = 1000  # training examples held out to choose checkpoints by (at most a tenth); 0 = the eval split
+    validation: int = 1000  # training examples held out whole (data.carve) to choose checkpoints by (at most a
+    # tenth); 0 = the eval split
     seed: int = 42
     on_bad_row: str = "error"  # a malformed data row: "error" stops at it (file:line), "skip" counts and warns
     stages: list[str] = field(default_factory=lambda: [s.name for s in STAGES.values() if s.by_default])
