@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .config import repeated
 from .device_tests import runtimes
 from .device_tests.files import write_bytes, write_json
 from .device_tests.accelerators import DELEGATES, PROVIDERS
@@ -77,8 +78,8 @@ def bench(model_or_bundle, *, target="local", backend=None, fmt=None, threads=1,
     if backend is not None and backend not in runtimes.RUNTIMES:
         raise BenchError(f"unknown backend {backend!r}: use one of {', '.join(runtimes.RUNTIMES)}")
     names = [target] if isinstance(target, str) else list(target)
-    if len(set(names)) != len(names):
-        raise BenchError(f"targets {names} repeat one: pass each --target once")
+    if repeated(names) is not None:
+        raise BenchError(f"--target {repeated(names)} is given twice: pass each --target once")
     targets = [parse(name, ssh_key=ssh_key, ssh_options=ssh_options, remote_python=remote_python,
                      remote_dir=remote_dir, benchmark_model=benchmark_model, signature=signature,
                      op_profile=op_profile, log=log) for name in names]

@@ -59,6 +59,17 @@ class Config:
         return d
 
 
+def repeated(values):
+    """The first value listed a second time (None when each is listed once): lists that name things
+    (stages, formats, lengths, targets, labels, JSONL keys) refuse repeats by naming the one repeated."""
+    seen = []  # a list, not a set: a malformed entry (a TOML table where a name belongs) is unhashable
+    for value in values:
+        if value in seen:
+            return value
+        seen.append(value)
+    return None
+
+
 @functools.cache
 def _hints(cls: type) -> dict[str, object]:
     hints = typing.get_type_hints(cls)

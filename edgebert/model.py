@@ -456,9 +456,10 @@ def check_inputs(config: EncoderConfig, input_ids: torch.Tensor, attention_mask:
         raise EdgebertError(f"input_ids holds id {bad}, outside the model's vocabulary 0..{config.vocab_size - 1}: "
                             "tokenize with the model's own tokenizer")
     if attention_mask is not None:
-        other = attention_mask[(attention_mask != 0) & (attention_mask != 1)]
-        if other.numel():  # a soft mask would weight keys by log(value), which no exported file reproduces
-            raise EdgebertError(f"attention_mask holds {other[0].item()}: pass 1 for each token and 0 for padding")
+        soft = (attention_mask != 0) & (attention_mask != 1)
+        if soft.any():  # a soft mask would weight keys by log(value), which no exported file reproduces
+            raise EdgebertError(f"attention_mask holds {attention_mask[soft][0].item()}: pass 1 for each token and "
+                                "0 for padding")
         empty = (attention_mask == 0).all(dim=1).nonzero()
         if len(empty):
             raise EdgebertError(f"attention_mask row {int(empty[0])} is all zeros, so the model would answer from "

@@ -104,7 +104,7 @@ def test_existing_bundle_is_replaced_only_with_force(inputs, tmp_path):
 def test_bad_input_writes_nothing(inputs, tmp_path):
     cases = [({"models": {"model.onnx": tmp_path / "missing.onnx"}}, "does not exist"),
              ({"models": {"../model.onnx": inputs["models"]["model.onnx"]}}, "plain file name"),
-             ({"labels": ["a", "a"]}, "repeat"),
+             ({"labels": ["a", "a"]}, "name 'a' twice"),
              ({"manifest": {"files": {}}}, "computed by write_bundle"),
              ({"manifest": {"stages": [{"params": {}}]}}, "with a name"),
              ({"report_points": [{"stage": "x", "format": "onnx", "latency_ms": 0, "metric": 1, "bytes": 1}]},

@@ -197,7 +197,7 @@ RECIPES = [
     ("unknown-field", dict(top="epochs = 3"), "epochs: unknown recipe field"),
     ("bad-type", dict(tables="[distill]\nlayers = \"four\"\n"), 'distill.layers: expected a positive int, got "four"'),
     ("unknown-stage", dict(stages='["finetune", "compress"]'), "stages: unknown stage 'compress'"),
-    ("stage-twice", dict(stages='["finetune", "finetune", "export"]'), "stages: a stage is listed twice"),
+    ("stage-twice", dict(stages='["finetune", "finetune", "export"]'), "stages: 'finetune' is listed twice"),
     ("stage-order", dict(stages='["export", "finetune"]'), "stages: 'finetune' cannot run after 'export'"),
     ("prune-before-distill", dict(stages='["prune", "distill", "export"]'), "'distill' cannot run after 'prune'"),
     ("seq-lens-above-max-length", dict(max_length=8), "export.seq_lens: 16 is longer than max_length 8"),
@@ -908,7 +908,7 @@ BENCH = [
     ("no-eval-set", lambda t, b: Path(shutil.copy(b / "model.onnx", t / "m.onnx")), {}, "no eval set at"),
     ("bad-manifest-path", lambda t, b: b, {"manifest": "none.json"}, "none.json does not exist: fix --manifest"),
     ("unknown-target", lambda t, b: b, {"target": "ftp://x"}, "unknown target 'ftp://x'"),
-    ("repeated-target", lambda t, b: b, {"target": ["local", "local"]}, "repeat one"),
+    ("repeated-target", lambda t, b: b, {"target": ["local", "local"]}, "--target local is given twice"),
     ("unknown-provider", lambda t, b: b, {"provider": "npu"}, "unknown provider 'npu'"),
 ]
 

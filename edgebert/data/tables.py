@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from ..config import Config
+from ..config import Config, repeated
 from ..device_tests.files import sha256
 from ..errors import EdgebertError
 from ..tokenizer import _first_line
@@ -63,7 +63,7 @@ def _json_record(path: Path, number: int, line: str) -> dict | str:
     """One JSONL line's object, or what is wrong with it: a key twice, or not an object at all."""
     def fields(pairs):
         keys = [k for k, _ in pairs]
-        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        twice = repeated(keys)
         if twice is not None:
             raise _BadRow(f"field {twice!r} appears twice; keep one")
         return dict(pairs)

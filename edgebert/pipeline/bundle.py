@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgebert.config import repeated
 from edgebert.device_tests.evalset import TASK
 from edgebert.device_tests.files import atomic_dir, sha256
 from edgebert.device_tests.versions import versions
@@ -225,8 +226,8 @@ def _check_labels(labels) -> list[str]:
     if not isinstance(labels, (list, tuple)) or not all(isinstance(x, str) and x.strip() and "\n" not in x
                                                         for x in labels):
         raise EdgebertError(f"labels must be a list of non-empty one-line strings in logit order, got {labels!r}")
-    if len(set(labels)) != len(labels):
-        raise EdgebertError(f"labels {list(labels)} repeat a name: give each class its own")
+    if repeated(labels) is not None:
+        raise EdgebertError(f"labels {list(labels)} name {repeated(labels)!r} twice: give each class its own")
     return list(labels)
 
 

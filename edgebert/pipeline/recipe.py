@@ -27,7 +27,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
-from ..config import Config
+from ..config import Config, repeated
 from ..data import DataConfig, is_data_file
 from ..errors import EdgebertError
 from ..passes.train import Accelerator, TrainConfig
@@ -128,8 +128,8 @@ def _check_stages(stages: list[str]) -> None:
     for name in stages:
         if name not in STAGES:
             raise EdgebertError(f"stages: unknown stage {name!r}; known stages: {', '.join(STAGES.names())}")
-    if len(set(stages)) != len(stages):
-        raise EdgebertError("stages: a stage is listed twice")
+    if repeated(stages) is not None:
+        raise EdgebertError(f"stages: {repeated(stages)!r} is listed twice; list each stage once")
     known = STAGES.names()
     rank = {name: i for i, name in enumerate(known)}
     for a, b in zip(stages, stages[1:]):

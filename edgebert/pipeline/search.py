@@ -20,7 +20,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-from edgebert.config import Config
+from edgebert.config import Config, repeated
 from edgebert.device_tests.files import write_json
 from edgebert.device_tests.metrics import points
 
@@ -57,8 +57,8 @@ class SearchConfig(Config):
                 continue
             if not values:
                 raise EdgebertError(f"search.{name}: an empty list leaves no candidate; give at least one value")
-            if len(set(values)) != len(values):
-                raise EdgebertError(f"search.{name}: {values} repeats a value; list each once")
+            if repeated(values) is not None:
+                raise EdgebertError(f"search.{name}: {repeated(values)!r} is listed twice in {values}; list each once")
 
 
 # ---------------------------------------------------------------------------------------------

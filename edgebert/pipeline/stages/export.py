@@ -7,7 +7,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgebert.config import Config
+from edgebert.config import Config, repeated
 from edgebert.errors import EdgebertError
 from edgebert.export import Budget, export, formats
 
@@ -38,7 +38,7 @@ class ExportStageConfig(Config):
         if not self.seq_lens:
             raise EdgebertError("export.seq_lens: empty; list the lengths to export, e.g. [16, 32, 64]")
         for name, values in (("formats", self.formats), ("seq_lens", self.seq_lens)):
-            twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+            twice = repeated(values)
             if twice is not None:
                 raise EdgebertError(f"export.{name}: {twice!r} is listed twice; list each once")
 
