@@ -11,6 +11,7 @@ from edgebert.device_tests.files import sha256
 from edgebert.pipeline import compile as compiler
 from edgebert.pipeline import recipe as recipes
 from edgebert.pipeline import search as searching
+from edgebert.pipeline.promise import teacher_metric
 from edgebert.pipeline.search import parse_budget
 from edgebert.pipeline.stages import STAGES
 
@@ -174,6 +175,6 @@ def test_drop_without_finetune_counts_from_the_start_model(tiny_checkpoint, tiny
     recipe = recipes.parse(RECIPE.format(model=tiny_checkpoint).replace('"finetune", ', ""))
     ctx = context(recipe, tmp_path, str(tiny_sst2))
     expected = evaluate(task_model(tiny_checkpoint, ctx.task), ctx.data.eval)["accuracy"] * 100
-    assert searching._reference(ctx, [], "k") == pytest.approx(expected)
+    assert teacher_metric(ctx, [], "k") == pytest.approx(expected)
     monkeypatch.setattr("edgebert.passes.evaluate", lambda *a, **k: pytest.fail("evaluated again"))
-    assert searching._reference(ctx, [], "k") == pytest.approx(expected)  # cached beside the stages
+    assert teacher_metric(ctx, [], "k") == pytest.approx(expected)  # cached beside the stages

@@ -2,6 +2,7 @@
 
 import errno
 import json
+import shutil
 import subprocess
 import sys
 
@@ -81,6 +82,50 @@ def test_bundle_holds_what_an_app_needs(finished):
     assert "distill" in compiler.summary(bundle)
     assert "checkpoints chosen on 9 training examples held out (validation)" in compiler.summary(bundle)
     assert set(manifest["stages"][0]["validation"]) == set(manifest["stages"][0]["metrics"])  # chosen on, beside dev
+
+
+def test_the_promise_is_judged_against_the_teacher(finished, tiny_checkpoint, tiny_sst2, tmp_path):
+    out, bundle = finished
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    promise, teacher = manifest["promise"], manifest["stages"][0]["metrics"]["accuracy"] * 100
+    onnx, verify = manifest["promise"]["files"]["model.onnx"], manifest["verification"]["model.onnx"]["verify"]
+    assert promise["teacher"] == pytest.approx(teacher, abs=1e-3) and promise["max_drop"] == 1.0
+    assert onnx["drop"] == pytest.approx(teacher - verify["value"] * 100, abs=1e-3)  # the file, in its runtime
+    assert onnx["smaller"] == pytest.approx(manifest["stages"][0]["bytes"] / manifest["files"]["model.onnx"]["bytes"],
+                                            rel=1e-2)
+    assert promise["within"] == (onnx["drop"] <= 1.0) and promise["small"] == (onnx["smaller"] >= 10)
+    assert "promise: " in compiler.summary(bundle)
+    ran = []
+    with pytest.MonkeyPatch.context() as m:
+        for name in STAGES.names():
+            _count_runs(m, name, ran)
+        copy = shutil.copytree(out, tmp_path / "out")  # the module's run stays as it is
+        strict = compiler.compile(_recipe(tiny_checkpoint, max_drop=10.0), copy, data_dir=str(tiny_sst2), resume=True)
+    assert ran == []  # max_drop judges the result: it trains nothing again
+    assert json.loads((strict / "manifest.json").read_text())["promise"]["max_drop"] == 10.0
+
+
+def test_a_student_that_falls_too_far_is_written_and_said_to_miss(tiny_checkpoint, tiny_sst2, tmp_path, capsys):
+    from edgebert.pipeline.context import State, context
+    from edgebert.pipeline.promise import promise
+    from edgebert.pipeline.report import promise_lines
+
+    ctx = context(_recipe(tiny_checkpoint, max_drop=1.0), tmp_path / "out", str(tiny_sst2))
+    (tmp_path / "model.onnx").write_bytes(b"x" * 100)
+    teacher = StageRecord(name="finetune", params=10, bytes=400, metrics={"accuracy": 0.9})
+    state = State(model=tmp_path, files={"model.onnx": tmp_path / "model.onnx"},
+                  verification={"model.onnx": {"verify": {"value": 0.895}}})
+    assert promise(ctx, [teacher], state, "k")["within"]  # 0.5 points at max_drop 1.0
+    capsys.readouterr()
+    state.verification["model.onnx"]["verify"]["value"] = 0.875
+    record = promise(ctx, [teacher], state, "k")
+    assert not record["within"] and not record["small"] and record["files"]["model.onnx"]["smaller"] == 4.0
+    said = capsys.readouterr().err.splitlines()
+    assert said == ["edgebert: " + line for line in promise_lines(record)]
+    assert "promise: NOT kept: model.onnx 87.50 (-2.50) against the teacher's accuracy 90.00" in said[0]
+    assert "size NOT kept: model.onnx 4.0x" in said[1]
+    with pytest.raises(EdgebertError, match="^max_drop: expected a non-negative number"):
+        recipes.parse("max_drop = -1")
 
 
 def test_checkpoints_are_chosen_on_training_examples_held_out(tiny_checkpoint, tiny_sst2, tmp_path):

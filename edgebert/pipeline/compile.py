@@ -31,8 +31,9 @@ from ..progress import clock
 from ..passes.train import Accelerator, fingerprint
 from .estimate import estimate
 from .context import Context, StageRecord, State, context, data_fingerprint, eval_file, log, retokenize, start_model
+from .promise import promise
 from .recipe import Recipe
-from .report import BASELINE_MARGIN, near_baseline
+from .report import BASELINE_MARGIN, near_baseline, promise_lines
 from .resources import check_disk
 from .search import search, search_lines
 from .stages import STAGES, bundle_stage
@@ -149,7 +150,7 @@ def _compile(ctx: Context, start: Path, key: str, *, bench: bool | None, rebench
              target: str, pick: str) -> Path:
     """The stages and the bundle, into a claimed output folder."""
     recipe, out, ranks = ctx.recipe, ctx.out, Accelerator.process()
-    found = None
+    found, start_key = None, key
     if budget is None:
         state, stages, key = _run_stages(ctx, start, key)
     else:
@@ -157,12 +158,13 @@ def _compile(ctx: Context, start: Path, key: str, *, bench: bool | None, rebench
                                                 start_key=key, target=target, pick=pick, fresh=rebench)
     bench = True if rebench else recipe.stage(bundle_stage().name).bench if bench is None else bench
     records = [r.to_dict() for r in stages]
-    build = _key(key, bench, records, state.verification, found)  # what the bundle is a function of
+    promised = ranks.first(lambda: promise(ctx, stages, state, start_key))  # said before the bundle is written
+    build = _key(key, bench, records, state.verification, found, promised)  # what the bundle is a function of
     if not rebench and ranks.first(lambda: _current(out / "bundle", build)):
         log("bundle: up to date, nothing to do (--rebench for fresh timings)")
         return out / "bundle"
     return ranks.first(lambda: build_bundle(ctx, state, stages, out / "bundle", bench=bench, build=build,
-                                            searched=found))
+                                            searched=found, promised=promised))
 
 
 def _start_weights(recipe: Recipe) -> tuple[Path, list[Path]]:
@@ -172,8 +174,9 @@ def _start_weights(recipe: Recipe) -> tuple[Path, list[Path]]:
 
 
 def _start_key(ctx: Context, start: Path, weights: list[Path]) -> str:
-    """What every stage's cache key chains from: the recipe's top-level fields, the start weights, the data."""
-    top = {k: v for k, v in asdict(ctx.recipe).items() if k not in ("stages", "options", "search")}
+    """What every stage's cache key chains from: the recipe's top-level fields (but max_drop, which judges the
+    result and trains nothing), the start weights, the data."""
+    top = {k: v for k, v in asdict(ctx.recipe).items() if k not in ("stages", "options", "search", "max_drop")}
     return _key("start", top, sha256(str(weights[0])) if weights else str(start), data_fingerprint(ctx))
 
 
@@ -382,7 +385,7 @@ def _baselines(out: Path, dest: Path) -> dict | None:
 
 
 def build_bundle(ctx: Context, state: State, stages: list[StageRecord], dest: Path, *, bench: bool,
-                 build: str | None = None, searched: dict | None = None) -> Path:
+                 build: str | None = None, searched: dict | None = None, promised: dict | None = None) -> Path:
     from .bundle import write_bundle
 
     task = ctx.task
@@ -425,6 +428,7 @@ def build_bundle(ctx: Context, state: State, stages: list[StageRecord], dest: Pa
         "build": build,
         "baselines": _baselines(ctx.out, dest),
         "search": searched,  # compile --budget's candidates (pipeline.search), else None
+        "promise": promised,  # each file against the teacher: within max_drop, and how much smaller (pipeline.promise)
         # the estimate said before the first stage this compile ran trained, and the time the compile and each of
         # its stages took (a stage done already: ~0), teacher labels and all
         "time": {"estimate": state.estimate, "took_s": round(time.time() - ctx.started, 1), "stages": state.took},
@@ -460,7 +464,7 @@ def summary_data(bundle: Path) -> dict:
     return {"bundle": str(bundle), "metric": metric, "stages": stages, "files": files,
             "majority_baseline": {**baseline, "accuracy": points(baseline["accuracy"])} if baseline else None,
             "unk_rate": data.get("unk_rate"), "validation": data.get("validation"), "search": manifest.get("search"),
-            "time": manifest.get("time")}
+            "time": manifest.get("time"), "promise": manifest.get("promise")}
 
 
 def summary(bundle: Path) -> str:
@@ -499,6 +503,8 @@ def summary(bundle: Path) -> str:
     for f in data["files"]:
         lines.append(f"{f['file']:<20} {f['bytes'] / 1e6:>8.1f} {num(f['max_abs_diff'], '.2g'):>10} "
                      f"{num(f['agreement'], '.3f'):>7} {num(f[metric], '.2f'):>8} {num(f['p50_ms'], '.2f'):>8}")
+    if data["promise"]:
+        lines.extend(promise_lines(data["promise"]))
     if data["search"]:
         lines.extend(["", *search_lines(data["search"])])
     lines.append(f"\nbundle: {bundle} (report.html, manifest.json)")

@@ -48,6 +48,9 @@ class Recipe:
     validation: int = 1000  # training examples held out whole (data.carve) to choose checkpoints by (at most a
     # tenth); 0 = the eval split
     seed: int = 42
+    # the promise: points of the task metric each bundle file may lose against the teacher (the finetune stage's
+    # model, else the start model); a student that loses more is still written, and the compile says so
+    max_drop: float = 1.0
     on_bad_row: str = "error"  # a malformed data row: "error" stops at it (file:line), "skip" counts and warns
     stages: list[str] = field(default_factory=lambda: [s.name for s in STAGES.values() if s.by_default])
     options: dict[str, object] = field(default_factory=dict)  # stage name -> its options (the registry's type)

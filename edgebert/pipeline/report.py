@@ -129,8 +129,30 @@ def _summary(record: dict) -> list[tuple[str, str]]:
             ("Majority-class baseline", f"accuracy {points(baseline['accuracy']):.2f} (always {baseline['label']!r} "
                                         f"on the eval set): a trained model should beat it by more than "
                                         f"{BASELINE_MARGIN * 100:.0f} points" if baseline else None),
-            ("[UNK] tokens", ", ".join(f"{v:.1%} of {k}" for k, v in unknown.items()) if unknown else None)]
+            ("[UNK] tokens", ", ".join(f"{v:.1%} of {k}" for k, v in unknown.items()) if unknown else None),
+            ("Promise", " ".join(promise_lines(record["promise"])) if record.get("promise") else None)]
     return [(k, str(v)) for k, v in rows if v is not None]
+
+
+def promise_lines(record: dict, *, missed_only: bool = False) -> list[str]:
+    """The manifest's `promise` (pipeline.promise) in words: a line for the metric, one for the size (with
+    missed_only, only a line that says what missed)."""
+    metric, teacher, max_drop, files = record["metric"], record["teacher"], record["max_drop"], record["files"]
+    out = []
+    each = ", ".join(f"{name} {f['metric']:.2f} ({-f['drop']:+.2f})" for name, f in files.items())
+    if not record["within"]:
+        out.append(f"promise: NOT kept: {each} against the teacher's {metric} {teacher:.2f}, more than max_drop "
+                   f"{max_drop:g} points under it; the bundle holds the best this recipe found (recover longer, "
+                   f"prune less, or raise max_drop)")
+    elif not missed_only:
+        out.append(f"promise: kept: {each}, each within {max_drop:g} points of the teacher's {metric} {teacher:.2f}")
+    sizes = ", ".join(f"{name} {f['smaller']:.1f}x" for name, f in files.items() if f["smaller"] is not None)
+    if sizes and not record["small"]:
+        out.append(f"promise: size NOT kept: {sizes} smaller than the teacher's FP32 weights, under "
+                   f"{record['smaller_target']:g}x (prune more, or quantize the word table to INT4)")
+    elif sizes and not missed_only:
+        out.append(f"promise: {sizes} smaller than the teacher's FP32 weights")
+    return out
 
 
 def _mediapipe(info: dict | None) -> str | None:

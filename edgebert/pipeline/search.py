@@ -25,7 +25,8 @@ from edgebert.device_tests.files import write_json
 from edgebert.device_tests.metrics import points
 
 from ..errors import EdgebertError
-from .context import Context, StageRecord, eval_file, log, start_model, task_model
+from .context import Context, eval_file, log
+from .promise import teacher_metric
 from .report import optimal
 from .stages import STAGES, bundle_stage
 
@@ -173,21 +174,6 @@ def candidates(recipe) -> list[tuple[str, dict, object]]:
     return found
 
 
-def _reference(ctx: Context, stages: list[StageRecord], start_key: str) -> float:
-    """The metric (points) the drop is counted from: the fine-tuned model's, else the start model's."""
-    metric = ctx.task.metric
-    if stages and STAGES.get(stages[0].name).fine_tunes:
-        return points(stages[0].metrics[metric])
-    cache = ctx.out / "search" / f"reference-{start_key}.json"
-    if cache.is_file():
-        return json.loads(cache.read_text())["metric"]
-    from ..passes import evaluate
-
-    value = points(evaluate(task_model(start_model(ctx.recipe), ctx.task), ctx.data.eval)[metric])
-    write_json(cache, {"metric": value})
-    return value
-
-
 def _measure(ctx: Context, state, key: str, target: str, fresh: bool) -> dict:
     """Size, latency on `target` and metric (points) of each of the candidate's files, cached by its key."""
     from ..bench import bench
@@ -221,7 +207,7 @@ def search(ctx: Context, budget: list[Bound], run_stages, *, start_key: str, tar
         cctx = replace(ctx, recipe=recipe)
         state, stages, key = run_stages(cctx)
         files = _measure(cctx, state, key, target, fresh)
-        reference = _reference(ctx, stages, start_key)  # the original ctx: a vocab stage re-encodes cctx
+        reference = teacher_metric(ctx, stages, start_key)  # the original ctx: a vocab stage re-encodes cctx
         row = {"candidate": label, "choice": choice, "files": files,
                "size": max(f["bytes"] for f in files.values()), "p50": max(f["p50_ms"] for f in files.values()),
                "p90": max(f["p90_ms"] for f in files.values()),
