@@ -1,4 +1,4 @@
-"""`python -m device_tests run|probe ...` on the device."""
+"""`python -m device_tests run|verify|probe ...` on the device."""
 
 import sys
 

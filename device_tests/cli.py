@@ -1,4 +1,5 @@
-"""`python -m device_tests run ...` / `probe ...`: errors print as one line (exit 2), never a traceback."""
+"""`python -m device_tests run ...` / `verify ...` / `probe ...`: errors print as one line (exit 2), never a
+traceback; `verify` exits 1 when a check fails."""
 
 from __future__ import annotations
 
@@ -59,6 +60,18 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--emulated", action="store_true", help="mark the run as emulated: timings are not device latency")
     r.add_argument("--timeout", type=_positive(float), help="give up after this many seconds")
     r.add_argument("--json", help="write the result here (default: print it)")
+    v = sub.add_parser("verify", help="the first-run check: each model file's sha256 against manifest.json and its "
+                       "outputs on the bundle's golden examples against golden.json, in each runtime installed here; "
+                       "exit 0 when all pass, 1 when one fails")
+    v.add_argument("bundle", help="a bundle folder (every model file in it), or one model file in a bundle")
+    v.add_argument("--format", choices=list(runtimes.formats()), help="check only this format's files")
+    v.add_argument("--backend", choices=runtimes.RUNTIMES.names(),
+                   help="check with this runtime only (default: every one installed here, for each file)")
+    v.add_argument("--provider", choices=PROVIDERS, help="onnxruntime execution provider (default cpu)")
+    v.add_argument("--delegate", help=f"LiteRT delegate: {', '.join(DELEGATES)} or a library's path (default xnnpack)")
+    v.add_argument("--manifest", help="the bundle's manifest.json (default: the one in the bundle folder); "
+                   "golden.json is read beside it")
+    v.add_argument("--json", help="also write the result here")
     pr = sub.add_parser("probe", help="print which of numpy and the runtimes import here, as JSON")
     pr.add_argument("--backends", default=",".join(runtimes.RUNTIMES),
                     help="comma-separated runtimes to check (numpy is always checked)")
@@ -81,11 +94,23 @@ def main(argv: list[str] | None = None) -> int:
             from . import probe
             return probe.main([b for b in args.backends.split(",") if b])
         try:
-            from . import harness
+            from . import harness, verify
         except ImportError as e:
             raise HarnessError(f"the harness needs numpy ({e}): pip install numpy") from None
         import json
 
+        if args.command == "verify":
+            result = verify.run(args)
+            for check in result["checks"]:
+                print(verify.line(check))
+            for skip in result["skipped"]:
+                print(f"SKIP {skip['file']}: {skip['reason']}")
+            failed, total = sum(not c["passed"] for c in result["checks"]), len(result["checks"])
+            print(f"verify: FAIL, {failed} of {total} checks failed" if failed
+                  else f"verify: PASS, {total} check{'s' if total > 1 else ''}")
+            if args.json:
+                harness.write(result, args.json)
+            return 1 if failed else 0
         result = harness.run_text(args) if args.text else harness.run(args)
         if args.json:
             harness.write(result, args.json)

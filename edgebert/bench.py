@@ -4,6 +4,9 @@ compare results as a markdown table and a self-contained HTML chart.
 Several targets run at once, one lane each for remote ones (ssh, adb: a device fleet); targets on this
 machine (local, qemu) share one lane, so their timings do not contend for the same cores.
 Emulated runs (qemu) are labeled everywhere and charted apart: their timings are not device latency.
+A bundle's model file is first checked on the target (`device_tests verify`: its sha256 and its outputs
+on the bundle's golden examples); each result carries that check, the table shows it, and the command
+line exits 2 when one failed.
 """
 
 from __future__ import annotations
@@ -21,19 +24,23 @@ from .config import repeated
 from .device_tests import runtimes
 from .device_tests.files import write_bytes, write_json
 from .device_tests.accelerators import DELEGATES, PROVIDERS
+from .device_tests.verify import line
 from .targets import Adb, BenchError, Job, Local, parse
 
 DEFAULT_RUNS = {"warmup": 10, "runs": 100}
 EMULATED_RUNS = {"warmup": 1, "runs": 5}  # emulated float math is 300-500x slower
+NO_GOLDEN = ("no golden outputs to check it against: a bundle written before them (compile it again) or a file "
+             "outside a bundle")
 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def resolve(model_or_bundle, fmt: str | None = None, inputs=None, manifest=None) -> list[tuple[Path, Path, Path | None]]:
-    """(model, eval set, manifest) for each model to bench: every model file of a bundle (of format `fmt`
-    alone when given), or one file."""
+def resolve(model_or_bundle, fmt: str | None = None, inputs=None,
+            manifest=None) -> list[tuple[Path, Path, Path | None, Path | None]]:
+    """(model, eval set, manifest, golden outputs) for each model to bench: every model file of a bundle (of
+    format `fmt` alone when given), or one file."""
     path = Path(model_or_bundle)
     if not path.exists():
         raise BenchError(f"{path} does not exist: pass a model file or a bundle folder")
@@ -57,7 +64,20 @@ def resolve(model_or_bundle, fmt: str | None = None, inputs=None, manifest=None)
     found = Path(manifest).resolve() if manifest else folder / "manifest.json"
     if manifest and not found.is_file():
         raise BenchError(f"manifest {found} does not exist: fix --manifest")
-    return [(m, eval_set, found if found.is_file() else None) for m in models]
+    found = found if found.is_file() else None
+    golden = _golden(found) if found else None
+    if golden and not golden.is_file():
+        raise BenchError(f"{golden.parent} lacks {golden.name}, which its manifest lists: copy the whole bundle again")
+    return [(m, eval_set, found, golden) for m in models]
+
+
+def _golden(manifest: Path) -> Path | None:
+    """The golden.json the manifest records; None for a bundle written before them, or a manifest that is
+    unreadable (which the harness then refuses, naming it)."""
+    try:
+        return manifest.parent / json.loads(manifest.read_text())["golden"]["file"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def bench(model_or_bundle, *, target="local", backend=None, fmt=None, threads=1, warmup=None, runs=None,
@@ -94,11 +114,14 @@ def bench(model_or_bundle, *, target="local", backend=None, fmt=None, threads=1,
                     "pad_to": pad_to, "truncate": truncate, "logits": logits, "emulated": t.emulated,
                     "provider": provider, "delegate": delegate}
         out = []
-        for model, eval_set, found in jobs:
+        for model, eval_set, found, golden in jobs:
             log(f"bench: {model.name} on {t.name}" + (" (emulated: timings are not device latency)" if t.emulated else ""))
-            result = t.run(Job(model, eval_set, found, backend, settings, timeout))
+            result = t.run(Job(model, eval_set, found, backend, settings, timeout, golden))
             result["target"] = t.name
             result["emulated"] = bool(result.get("emulated")) or t.emulated
+            result.setdefault("verify", {"passed": None, "reason": NO_GOLDEN})
+            if result["verify"]["passed"] is False:
+                log(f"bench: verify FAILED on {t.name}: {line(result['verify'])}")
             out.append(result)
         return out
 
@@ -157,9 +180,24 @@ def _ms(value) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def _verified(r: dict) -> str:
+    """The first-run check's verdict for the table: pass, FAIL naming what failed, or n/a where none was made."""
+    check = r.get("verify") or {}
+    if check.get("passed") is None:
+        return "n/a"
+    if check["passed"]:
+        return "pass"
+    failed = [] if check.get("sha256_matches") else ["sha256"]
+    if not check.get("outputs_match"):
+        failed.append(f"outputs {check['max_abs_diff']:.3g} > {check['tolerance']:.3g}" if "max_abs_diff" in check
+                      else "outputs")
+    return "FAIL: " + ", ".join(failed)
+
+
 def table(runs: list[dict]) -> str:
     """A markdown table, one row per result; emulated latencies carry a marker and a footnote."""
-    head = "| model · backend · target | device | p50 ms | p90 ms | p99 ms | seq/s | metric | MB | peak RSS MB |"
+    head = ("| model · backend · target | device | verify | p50 ms | p90 ms | p99 ms | seq/s | metric | MB | "
+            "peak RSS MB |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in runs:
         lat, mark = r["latency_ms"], "*" if r["emulated"] else ""
@@ -168,8 +206,8 @@ def table(runs: list[dict]) -> str:
         device = f"{dev.get('architecture', '?')} {dev.get('cpu_model', '')}".strip()
         size = r["model"].get("bytes")
         rss = r.get("peak_rss_mb")
-        rows.append(f"| {_label(r)} | {device} | {_ms(lat['p50'])}{mark} | {_ms(lat['p90'])}{mark} | "
-                    f"{_ms(lat['p99'])}{mark} | {r['throughput']:.1f}{mark} | {metric} | "
+        rows.append(f"| {_label(r)} | {device} | {_verified(r)} | {_ms(lat['p50'])}{mark} | "
+                    f"{_ms(lat['p90'])}{mark} | {_ms(lat['p99'])}{mark} | {r['throughput']:.1f}{mark} | {metric} | "
                     f"{size / 1e6:.2f} | {'n/a' if rss is None else f'{rss:.0f}'} |")
     if any(r["emulated"] for r in runs):
         rows.append("\n\\* emulated (qemu): not device latency; compare emulated runs only with each other.")
@@ -243,23 +281,26 @@ def _fresh_prefix() -> Path:
 def _run(args: argparse.Namespace) -> None:
     if not args.model and not args.compare:
         raise BenchError("nothing to bench: pass a model or bundle, or --compare A.json B.json")
-    runs = []
+    measured = []
     if args.model:
-        runs = bench(args.model, target=args.target or ["local"], backend=args.backend, fmt=args.format,
-                     threads=args.threads, warmup=args.warmup, runs=args.runs, duration=args.duration,
-                     batch=args.batch, pad_to=args.pad_to, truncate=args.truncate, inputs=args.inputs,
-                     manifest=args.manifest, logits=args.logits, timeout=args.timeout, json_out=args.json,
-                     ssh_key=args.ssh_key, ssh_options=args.ssh_option, remote_python=args.remote_python,
-                     remote_dir=args.remote_dir, benchmark_model=args.benchmark_model,
-                     signature=args.signature, provider=args.provider, delegate=args.delegate,
-                     op_profile=args.op_profile)["runs"]
-    if args.compare:
-        runs += load(args.compare)
+        measured = bench(args.model, target=args.target or ["local"], backend=args.backend, fmt=args.format,
+                         threads=args.threads, warmup=args.warmup, runs=args.runs, duration=args.duration,
+                         batch=args.batch, pad_to=args.pad_to, truncate=args.truncate, inputs=args.inputs,
+                         manifest=args.manifest, logits=args.logits, timeout=args.timeout, json_out=args.json,
+                         ssh_key=args.ssh_key, ssh_options=args.ssh_option, remote_python=args.remote_python,
+                         remote_dir=args.remote_dir, benchmark_model=args.benchmark_model,
+                         signature=args.signature, provider=args.provider, delegate=args.delegate,
+                         op_profile=args.op_profile)["runs"]
+    runs = measured + (load(args.compare) if args.compare else [])
     print(table(runs))
     if len(runs) > 1 or args.report:
         prefix = args.report or (Path(args.json).with_suffix("") if args.json else _fresh_prefix())
         md, page = write_report(runs, prefix)
         print(f"\ncomparison: {md}, chart: {page}")
+    failed = [r for r in measured if r["verify"]["passed"] is False]
+    if failed:
+        raise BenchError(f"verify failed for {', '.join(_label(r) for r in failed)}: the file does not give the "
+                         "bundle's golden outputs there (see the verify column), so its numbers are not the bundle's")
 
 
 def register(subparsers) -> argparse.ArgumentParser:

@@ -57,7 +57,7 @@ def test_bundle_holds_everything_an_app_needs(inputs, tmp_path):
     out = write_bundle(tmp_path / "b", **inputs)
     names = {p.name for p in out.iterdir()}
     assert {"model.onnx", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "labels.txt", "eval.npz",
-            "report.html", "manifest.json"} <= names
+            "golden.json", "report.html", "manifest.json"} <= names
     assert _leftovers(tmp_path) == ["b"]  # no temporary folder left beside it
     manifest = verify_bundle(out)
     assert set(manifest["files"]) == names - {"manifest.json"}
@@ -82,6 +82,9 @@ def test_bundle_holds_everything_an_app_needs(inputs, tmp_path):
     assert manifest["stages"][1]["flops"] is None and manifest["stages"][1]["wall_s"] is None
     assert {"python", "edgebert", "torch", "onnx"} <= set(manifest["versions"])
     assert "no model.tflite" in manifest["mediapipe"]["skipped"]  # nothing to derive a MediaPipe file from
+    golden = json.loads((out / "golden.json").read_text())  # each model file's outputs on the 3 eval examples
+    assert manifest["golden"]["file"] == "golden.json" and list(manifest["golden"]["files"]) == ["model.onnx"]
+    assert sorted(manifest["golden"]["examples"]) == [0, 1, 2] and len(golden["files"]["model.onnx"]["outputs"]) == 3
     assert read_bundle(out)["quantization"] == {"scheme": "dynamic-int8"}
 
 

@@ -70,7 +70,7 @@ def finished(tiny_checkpoint, tiny_sst2, tmp_path_factory):
 def test_bundle_holds_what_an_app_needs(finished):
     out, bundle = finished
     names = {p.name for p in bundle.iterdir()}
-    assert {"model.onnx", "manifest.json", "report.html", "labels.txt", "eval.npz", "vocab.txt"} <= names
+    assert {"model.onnx", "manifest.json", "report.html", "labels.txt", "eval.npz", "golden.json", "vocab.txt"} <= names
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert [s["name"] for s in manifest["stages"]] == ["finetune", "distill"]
     assert manifest["stages"][1]["params"]["total"] < manifest["stages"][0]["params"]["total"]

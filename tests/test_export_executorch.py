@@ -119,3 +119,7 @@ bench = false""")
     data = EvalSet(str(bundle / "eval.npz"))
     outputs = formats.get("executorch").run(bundle / "model.pte", load_arrays(bundle / "eval.npz"))
     assert outputs.shape == (data.n, 2)
+    assert set(manifest["golden"]["files"]) == {"model.onnx", "model.pte"}  # golden outputs of every model file
+    from edgebert.device_tests.cli import main
+
+    assert main(["verify", str(bundle), "--backend", "executorch"]) == 0  # its own outputs, in its own runtime

@@ -7,7 +7,9 @@
 The folder is filled beside the target and renamed into place, so a crash, a full disk or a bad input
 never leaves a half bundle. Every file but manifest.json is a pure function of the inputs (no
 timestamps, fixed zip dates), so a resumed compile hashes equal to an uninterrupted one;
-manifest.json lists each file's sha256 and bytes, and `verify_bundle` checks them.
+manifest.json lists each file's sha256 and bytes, and `verify_bundle` checks them. golden.json holds
+what each model file answered on a few eval examples in its own runtime, so that a device can check
+the file still does (`python -m device_tests verify`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import os
 import shutil
 import zipfile
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from edgebert.config import repeated
-from edgebert.device_tests.evalset import TASK
+from edgebert.device_tests import HarnessError, verify
+from edgebert.device_tests.evalset import TASK, task_of
 from edgebert.device_tests.files import atomic_dir, sha256
+from edgebert.device_tests.verify import GOLDEN
 from edgebert.device_tests.versions import versions
 from edgebert.errors import EdgebertError, on_disk_full
 from edgebert.export import formats, load_arrays
@@ -36,7 +41,7 @@ MANIFEST, LABELS, EVAL, REPORT = "manifest.json", "labels.txt", "eval.npz", "rep
 MEDIAPIPE = (CLASSIFIER, EMBEDDER)  # MediaPipe's TextClassifier and TextEmbedder files, cut from model.tflite
 HF_CONFIG = "config.json"  # the model's Hugging Face config: Optimum and transformers.pipeline load the bundle
 # Keys write_bundle computes; a caller's manifest may carry anything else (task, quantization, stages...).
-COMPUTED = ("format", "format_version", "labels", "inputs", "eval", "mediapipe", "hf", "pareto", "files",
+COMPUTED = ("format", "format_version", "labels", "inputs", "eval", "mediapipe", "golden", "hf", "pareto", "files",
             "versions", "created")
 VERSIONED = ("edgebert", "torch", "transformers", "tokenizers", "numpy", "onnx", "onnxruntime", "onnxscript",
              "ai-edge-litert", "litert-torch", "ai-edge-quantizer", "mediapipe", "jinja2", "matplotlib")
@@ -113,7 +118,7 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
         raise EdgebertError(f"eval set has examples of {int(arrays['lengths'].max())} tokens, over max_length "
                             f"{max_length}: tokenize it with max_length={max_length}")
     written = {p.name for p in save(tokenizer, tmp, max_length=max_length)}
-    clash = sorted(written & (set(sources) | {MANIFEST, LABELS, EVAL, REPORT, *MEDIAPIPE, HF_CONFIG}))
+    clash = sorted(written & (set(sources) | {MANIFEST, LABELS, EVAL, REPORT, GOLDEN, *MEDIAPIPE, HF_CONFIG}))
     if clash:
         raise EdgebertError(f"tokenizer file names {clash} clash with bundle files: rename the models")
     for name in sources:  # which files give the same outputs however far an input is padded
@@ -132,6 +137,7 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
         record["mediapipe"] = _mediapipe(tmp, labels, extra.get("task"), required=bool(mediapipe))
         if "file" in record["mediapipe"]:
             files[record["mediapipe"]["file"]] = _model_io(tmp / record["mediapipe"]["file"])
+    record["golden"] = _golden(tmp, list(files), columns)
     if source_model is not None:
         record["hf"] = _hf_config(tmp, source_model)
     record["pareto"] = points
@@ -150,6 +156,21 @@ def _mediapipe(tmp: Path, labels: list[str], task, required: bool) -> dict:
 
     kind = task.get("kind") if isinstance(task, dict) else None
     return for_bundle(tmp, labels=labels, kind=kind, required=required)
+
+
+def _golden(tmp: Path, names: list[str], columns: dict) -> dict:
+    """Write golden.json (device_tests.verify.golden: each model file's outputs on a few eval examples, in the
+    runtime its format runs in, and its tolerance) and return its manifest record, the outputs left out."""
+    models = {name: partial(formats.of_file(tmp / name).open, tmp / name) for name in names}
+    try:
+        golden = verify.golden(models, columns, task_of(columns))
+    except HarnessError as e:
+        raise EdgebertError(str(e)) from None
+    (tmp / GOLDEN).write_text(json.dumps(golden, indent=1) + "\n", encoding="utf-8")
+    return {"file": GOLDEN, "examples": [e["row"] for e in golden["examples"]],
+            "lengths": [e["length"] for e in golden["examples"]], "tolerance": golden["tolerance"],
+            "files": {name: {k: v for k, v in entry.items() if k != "outputs"}
+                      for name, entry in golden["files"].items()}}
 
 
 def _hf_config(tmp: Path, source_model: str | Path) -> dict:
@@ -210,7 +231,7 @@ def _check_models(models: dict) -> dict[str, Path]:
     if not isinstance(models, dict) or not models:
         raise EdgebertError("models must be a non-empty dict {bundle file name: path}, e.g. {'model.tflite': path}")
     sources = {}
-    reserved = (MANIFEST, LABELS, EVAL, REPORT, *MEDIAPIPE)
+    reserved = (MANIFEST, LABELS, EVAL, REPORT, GOLDEN, *MEDIAPIPE)
     suffixes = tuple(f.suffix for f in formats.all_formats())
     for name, src in models.items():
         if not isinstance(name, str) or Path(name).name != name or not name.endswith(suffixes) or name in reserved:

@@ -1,7 +1,8 @@
 """Where `edgebert bench` runs the device harness: this machine, a board over ssh, a phone over adb,
 or an emulated aarch64 board (qemu user mode with a real aarch64 Python and wheels).
 
-Every target runs the same `python -m device_tests run` and returns its JSON. Failures become one
+Every target runs the same `python -m device_tests run` and returns its JSON, after `python -m device_tests
+verify` of the file when its bundle holds golden outputs (the result's `verify`). Failures become one
 BenchError line naming the cause and the fix; a run that did not finish never returns a result.
 One module per transport; `sysroot` provisions qemu's aarch64 Python.
 """

@@ -21,8 +21,8 @@ class Adb(Remote):
         self.adb = ["adb", "-s", serial] if serial else ["adb"]
         self.benchmark_model, self.signature, self.op_profile = benchmark_model, signature, op_profile
 
-    def shell(self, command, what, timeout=None):
-        return call([*self.adb, "shell", command], what, timeout)
+    def shell(self, command, what, timeout=None, ok=(0,)):
+        return call([*self.adb, "shell", command], what, timeout, ok=ok)
 
     def push(self, paths, what, timeout=None):
         for p in paths:
@@ -73,6 +73,9 @@ class Adb(Remote):
         result["runtime"]["delegate"] = s.get("delegate") or "xnnpack"
         result["settings"] = {"threads": s["threads"], "warmup": s["warmup"], "signature": signature,
                               **result.get("settings", {})}
+        if job.golden:
+            result["verify"] = {"passed": None, "reason": "benchmark_model runs no Python: pass --remote-python to "
+                                                          "check the file's outputs on the phone"}
         return result
 
 

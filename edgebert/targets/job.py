@@ -16,6 +16,7 @@ from ..errors import EdgebertError
 # The harness folder, copied as it is to a board or phone and run there as `python -m device_tests`.
 HARNESS = Path(device_tests.__file__).parent
 GRACE_S = 30  # a step may take --timeout plus this before the client kills it
+VERIFY_EXIT = (0, 1)  # `device_tests verify` exit statuses that come with a result: all checks passed, one failed
 HINTS = (  # what ssh/scp/adb say -> what the user should hear
     ("No space left on device", "remote disk full (No space left on device): free space or pick --remote-dir"),
     ("Connection refused", "connection refused: is sshd running and the port right?"),
@@ -43,6 +44,7 @@ class Job:
     backend: str | None
     settings: dict  # threads, warmup, runs, duration, batch, pad_to, truncate, logits, emulated
     timeout: float | None = None
+    golden: Path | None = None  # the bundle's golden.json, beside the manifest: `verify` runs first when there is one
 
     @property
     def limit(self) -> float | None:
@@ -51,7 +53,7 @@ class Job:
 
     @property
     def files(self) -> list[Path]:
-        return [p for p in (self.model, self.inputs, self.manifest) if p]
+        return [p for p in (self.model, self.inputs, self.manifest, self.golden) if p]
 
     @property
     def flags(self) -> list[str]:
@@ -84,15 +86,15 @@ def _reason(proc: subprocess.CompletedProcess) -> str:
 
 
 def call(cmd: list[str], what: str, timeout: float | None = None, env: dict | None = None,
-         cwd: str | None = None) -> subprocess.CompletedProcess:
-    """Run a command; any failure is one BenchError line starting with `what`."""
+         cwd: str | None = None, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+    """Run a command; an exit status not in `ok`, or any other failure, is one BenchError line starting with `what`."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)
     except FileNotFoundError:
         raise BenchError(f"{what}: {cmd[0]} is not installed or not on PATH") from None
     except subprocess.TimeoutExpired:
         raise BenchError(f"{what} timed out after {timeout:g} s; no results (raise --timeout)") from None
-    if proc.returncode != 0:
+    if proc.returncode not in ok:
         raise BenchError(f"{what} failed: {_reason(proc)}")
     return proc
 
@@ -118,6 +120,21 @@ def _load_result(path: Path, where: str) -> dict:
     if result.get("complete") is not True:
         raise BenchError(f"{where}: the result is incomplete; no results")
     return result
+
+
+def _verify_args(job: Job, backend: str, model: str, manifest: str, out: str) -> list[str]:
+    """`device_tests verify` of the job's model file (as the target names it) in the runtime and on the
+    accelerator the run uses, its result written to `out`."""
+    args = ["verify", model, "--manifest", manifest, "--backend", backend, "--json", out]
+    for flag in ("provider", "delegate"):
+        if job.settings.get(flag):
+            args += [f"--{flag}", str(job.settings[flag])]
+    return args
+
+
+def _load_verify(path: Path, where: str) -> dict:
+    """The one check `_verify_args`' command made: the job's file in the job's runtime."""
+    return _load_result(path, f"{where}: verify")["checks"][0]
 
 
 def _probe_flags(job: Job, module: str = "device_tests") -> list[str]:

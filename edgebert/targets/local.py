@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .job import Job, _backend, _check_probe, _load_result, _probe_flags, call
+from .job import VERIFY_EXIT, Job, _backend, _check_probe, _load_result, _load_verify, _probe_flags, _verify_args, call
 
 
 class Local:
@@ -32,10 +32,18 @@ class Local:
         backend = _backend(job, found["found"])
         _check_probe(found, backend, f"{self.name} ({found['machine']}, Python {found['python']})")
         with tempfile.TemporaryDirectory(prefix="edgebert-bench-") as tmp:
+            if job.golden:  # the first-run check, before any timing
+                checked = Path(tmp) / "verify.json"
+                verify = _verify_args(job, backend, str(job.model), str(job.manifest), str(checked))
+                call(self.python() + ["-m", self.module, *verify], f"{self.name}: verify", job.limit, self.env(),
+                     cwd=tmp, ok=VERIFY_EXIT)
             out = Path(tmp) / "result.json"
             cmd = self.python() + ["-m", self.module, "run", "--model", str(job.model), "--inputs",
                                    str(job.inputs), "--backend", backend, "--json", str(out)] + job.flags
             if job.manifest:
                 cmd += ["--manifest", str(job.manifest)]
             call(cmd, f"{self.name}: harness", job.limit, self.env(), cwd=tmp)
-            return _load_result(out, self.name)
+            result = _load_result(out, self.name)
+            if job.golden:
+                result["verify"] = _load_verify(checked, self.name)
+            return result

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .job import HARNESS, BenchError, Job, _backend, _check_probe, _load_result, _probe_flags
+from .job import (HARNESS, VERIFY_EXIT, BenchError, Job, _backend, _check_probe, _load_result, _load_verify,
+                  _probe_flags, _verify_args)
 
 
 class Remote(ABC):
@@ -26,8 +27,9 @@ class Remote(ABC):
         self.workdir = ""  # this run's own folder under root, while a run holds one (_workdir)
 
     @abstractmethod
-    def shell(self, command: str, what: str, timeout: float | None = None) -> subprocess.CompletedProcess:
-        """Run a shell command there."""
+    def shell(self, command: str, what: str, timeout: float | None = None,
+              ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+        """Run a shell command there; an exit status not in `ok` is a BenchError."""
 
     @abstractmethod
     def push(self, paths: list[Path], what: str, timeout: float | None = None) -> None:
@@ -65,7 +67,8 @@ class Remote(ABC):
                 return self._run_there(job, stage, Path(tmp))
 
     def _run_there(self, job: Job, stage: Path, tmp: Path) -> dict:
-        """Copy the harness, probe the Python there, copy the files, run, fetch the result into `tmp`."""
+        """Copy the harness, probe the Python there, copy the files, verify (with golden outputs), run, fetch the
+        results into `tmp`."""
         self.push([stage], f"{self.name}: copying the harness", job.limit)
         cd = f"cd {shlex.quote(self.workdir)} && {self.remote_python}"
         probe = self.shell(f"{cd} {shlex.join(_probe_flags(job))}", f"{self.name}: probing {self.remote_python}",
@@ -74,6 +77,11 @@ class Remote(ABC):
         backend = _backend(job, found["found"])
         _check_probe(found, backend, f"{self.name} ({found['machine']}, Python {found['python']})")
         self.push(job.files, f"{self.name}: copying the model and eval set", job.limit)
+        if job.golden:  # the first-run check, before any timing
+            verify = _verify_args(job, backend, job.model.name, job.manifest.name, "verify.json")
+            self.shell(f"{cd} {shlex.join(['-m', 'device_tests', *verify])}", f"{self.name}: verify", job.limit,
+                       ok=VERIFY_EXIT)
+            self.pull(f"{self.workdir}/verify.json", tmp / "verify.json", f"{self.name}: fetching the verify result")
         args = ["-m", "device_tests", "run", "--model", job.model.name, "--inputs", job.inputs.name,
                 "--backend", backend, "--json", "result.json"] + job.flags
         if job.manifest:
@@ -81,4 +89,7 @@ class Remote(ABC):
         self.shell(f"{cd} {shlex.join(args)}", f"{self.name}: harness", job.limit)
         out = tmp / "result.json"
         self.pull(f"{self.workdir}/result.json", out, f"{self.name}: fetching the result")
-        return _load_result(out, self.name)
+        result = _load_result(out, self.name)
+        if job.golden:
+            result["verify"] = _load_verify(tmp / "verify.json", self.name)
+        return result

@@ -25,8 +25,8 @@ class Ssh(Remote):
         if key:
             self.opts += ["-i", key]
 
-    def shell(self, command, what, timeout=None):
-        return call(["ssh", *self.opts, "-p", self.port, self.dest, command], what, timeout)
+    def shell(self, command, what, timeout=None, ok=(0,)):
+        return call(["ssh", *self.opts, "-p", self.port, self.dest, command], what, timeout, ok=ok)
 
     def push(self, paths, what, timeout=None):
         call(["scp", "-q", "-r", *self.opts, "-P", self.port, *map(str, paths), f"{self.dest}:{self.workdir}/"],
