@@ -68,11 +68,18 @@ def test_unmeetable_budget_names_the_closest_and_what_it_misses(searched):
     assert len(list((out / "stages").glob("*-finetune-*"))) == 1  # shared by all
 
 
-def test_missed_latency_is_named(searched, tiny_sst2, monkeypatch):
-    recipe, out, _ = searched
-    _refuse_work(monkeypatch)
-    with pytest.raises(EdgebertError, match=r"— p50 [0-9.]+ ms > 1e-06 ms$"):
-        compiler.compile(recipe, out, data_dir=str(tiny_sst2), resume=True, budget=parse_budget("p50<=0.000001ms"))
+def test_missed_latency_is_named():
+    row = {"p50": 0.0213, "p90": 0.05, "size": 2e6, "drop": 0.5}
+    assert searching.missed(row, parse_budget("p50<=0.01ms,drop<=1")) == ["p50 0.0213 ms > 0.01 ms"]
+
+
+def test_a_latency_no_student_can_meet_is_refused_before_any_work(searched, tiny_sst2, tmp_path, monkeypatch):
+    recipe, _, _ = searched
+    monkeypatch.setitem(STAGES._entries, "finetune", replace(STAGES.get("finetune"), run=lambda *a, **k: 1 / 0))
+    with pytest.raises(EdgebertError, match=r"^--budget p50<=0.000001ms: an empty model's call already takes "
+                                            r"[0-9.e-]+ ms p50 on local, so no student can meet it; raise the bound$"):
+        compiler.compile(recipe, tmp_path / "new", data_dir=str(tiny_sst2), budget=parse_budget("p50<=0.000001ms"))
+    assert not (tmp_path / "new").exists()  # refused before the output folder was made
 
 
 def _refuse_work(monkeypatch):

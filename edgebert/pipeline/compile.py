@@ -35,7 +35,7 @@ from .promise import promise
 from .recipe import Recipe
 from .report import BASELINE_MARGIN, near_baseline, promise_lines
 from .resources import check_disk
-from .search import search, search_lines
+from .search import check_floor, search, search_lines
 from .stages import STAGES, bundle_stage
 
 # bench/compare.py's results, in the repository this edgebert runs from (not the current directory)
@@ -133,6 +133,8 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     if budget is not None and ranks.world > 1:
         raise EdgebertError("--budget measures each candidate's latency in one process: run it without torchrun")
     ctx = context(recipe, out, data_dir)  # bad data or recipe fails here, before anything is written
+    if budget is not None:
+        check_floor(ctx, budget, target)  # a latency no student can reach, too
     start, weights = _start_weights(recipe)
     need = 4 * sum(f.stat().st_size for f in weights)  # stage models, ONNX, TFLite, bundle
     with ExitStack() as held:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import tempfile
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from edgebert.config import Config, repeated
 from edgebert.device_tests.files import write_json
@@ -192,6 +194,47 @@ def _measure(ctx: Context, state, key: str, target: str, fresh: bool) -> dict:
                        "p90_ms": run["latency_ms"]["p90"], "metric": points(run[ctx.task.metric])}
     write_json(cache, files)
     return files
+
+
+def check_floor(ctx: Context, budget: list[Bound], target: str) -> None:
+    """Refuse a latency bound no student can meet, before any work: an empty ONNX model (the task's inputs and
+    output shape, one op between them) timed on `target` through the same harness; no candidate is faster."""
+    bounds = [b for b in budget if b.name in ("p50", "p90")]
+    if not bounds or ctx.task.kind == "embedding":  # an embedder's eval set scores pairs of pooled vectors
+        return
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from ..bench import bench
+
+    width = max(len(ctx.task.labels), 1)
+    shape = ["batch", "sequence", width] if ctx.task.kind == "token-classification" else ["batch", width]
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    first = [helper.make_node("Slice", ["input_ids", "zero", "width", "one"], ["first"]),  # batch x width ids
+             helper.make_node("Cast", ["first"], ["logits"], to=TensorProto.FLOAT)]
+    if ctx.task.kind == "token-classification":
+        first = [helper.make_node("Unsqueeze", ["input_ids", "two"], ["ids3"]),
+                 helper.make_node("Expand", ["ids3", "wide"], ["many"]),
+                 helper.make_node("Cast", ["many"], ["logits"], to=TensorProto.FLOAT)]
+    consts = [helper.make_tensor(n, TensorProto.INT64, [len(v)], v)
+              for n, v in (("zero", [0]), ("width", [width]), ("one", [1]), ("two", [2]), ("wide", [1, 1, width]))]
+    graph = helper.make_graph(first, "floor", [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+                                               for n in names],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, shape)], initializer=consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with tempfile.TemporaryDirectory(prefix="edgebert-floor-") as tmp:
+        path, inputs = Path(tmp) / "model.onnx", Path(tmp) / "eval.npz"
+        onnx.save(model, path)
+        np.savez(inputs, **ctx.eval_arrays)
+        grid = ctx.recipe.search
+        run = bench(path, inputs=inputs, target=target, threads=1, warmup=grid.warmup, runs=grid.runs,
+                    log=lambda _: None)["runs"][0]
+    for b in bounds:
+        floor = run["latency_ms"][b.name]
+        if b.limit < floor:
+            raise EdgebertError(f"--budget {b.text}: an empty model's call already takes {_show(b.name, floor)} "
+                                f"{b.name} on {target}, so no student can meet it; raise the bound")
 
 
 def search(ctx: Context, budget: list[Bound], run_stages, *, start_key: str, target: str = "local",
