@@ -18,7 +18,8 @@ def busy(result: dict) -> bool:
 
 
 def render(result: dict) -> str:
-    return "\n".join(preamble(result) + targets_section(result) + accuracy_section(result) + latency_section(result)
+    return "\n".join(preamble(result) + targets_section(result) + frontier_section(result) + accuracy_section(result)
+                     + latency_section(result)
                      + gemm_section(result) + profile_section(result) + stage_section(result) + mrpc_section(result)
                      + cost_section(result) + notes_section(result))
 
@@ -70,6 +71,18 @@ def method(result: dict) -> str:
         + ("; each accuracy target also gives the 95% interval of the student's difference from the teacher on the "
            "same sentences (paired: only the sentences one of the two gets wrong count)."
            if any(t.get("paired") for t in result["targets"]) else "."))
+
+
+def frontier_section(result: dict) -> list[str]:
+    """The Pareto charts bench/compare.py drew beside the results (none when rendered without them)."""
+    charts = result.get("charts")
+    if not charts:
+        return []
+    return ["## The frontier", "",
+            "SST-2 dev accuracy of every model above against its p50 at 1 thread, real lengths, and against its size "
+            "on disk; the teacher's accuracy is the solid line, the promise's floor (1 point under it) the dotted one, "
+            "and the dashed line joins the Pareto-optimal models (★).", "",
+            f"![accuracy against latency]({charts['latency']})", "", f"![accuracy against size]({charts['size']})", ""]
 
 
 def targets_section(result: dict) -> list[str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from _measure import ROOT, log, run
 from _render import render
 
 from edgebert.device_tests.files import write_bytes, write_json
+from edgebert.pipeline.report import frontier_charts
 
 TEACHER = ROOT.parent / "shared" / "models" / "minilm-l6-sst2"
 BUNDLE = ROOT / "runs" / "default" / "bundle"
@@ -44,6 +46,28 @@ COMPILE_COST = ROOT / "bench" / "results" / "compile-cost.json"
 WORK = ROOT / "runs" / "compare"
 RESULTS = ROOT / "bench" / "results" / "compare.json"
 MARKDOWN = ROOT / "BENCHMARKS.md"
+PROMISE_DROP = 1.0  # points: the promise, and every recipe's default max_drop
+
+
+def frontier(result: dict, folder: Path) -> dict[str, Path]:
+    """FOLDER/pareto-{latency,size}.svg: every peer and edgebert file of the run, SST-2 dev accuracy against p50 (1
+    thread, real lengths) and against size, the teacher's accuracy as a line and the promise's 1-point floor under
+    it; the frontier dashed."""
+    points = []
+    for key, model in result["models"].items():
+        p50 = result["timing"]["t1"]["real"].get(key, {}).get("p50_ms")
+        accuracy = (model.get("accuracy") or {}).get("real", {}).get("accuracy")
+        if p50 is None or accuracy is None:
+            continue
+        who, _, how = model["label"].partition(" · ")
+        points.append({"stage": who, "format": how, "metric": 100 * accuracy, "latency_ms": p50,
+                       "bytes": model["bytes"], "metric_name": "SST-2 dev accuracy"})
+    teacher = 100 * result["models"]["pytorch-fp32"]["accuracy"]["real"]["accuracy"]
+    paths = {}
+    for name, svg in frontier_charts(points, teacher=teacher, max_drop=PROMISE_DROP).items():
+        paths[name] = folder / f"pareto-{name}.svg"
+        write_bytes(paths[name], svg.encode())
+    return paths
 
 
 def main(argv=None) -> int:
@@ -87,8 +111,10 @@ def main(argv=None) -> int:
         log(f"results: {args.results}")
     # bench/compile_cost.py's runs are its own command's figures (each names its commit): shown as it left them
     cost = {"compile_cost": json.loads(COMPILE_COST.read_text())} if COMPILE_COST.is_file() else {}
-    write_bytes(args.markdown, render({**result, **cost}).encode())
-    log(f"table: {args.markdown}")
+    charts = frontier(result, Path(args.results).parent)
+    write_bytes(args.markdown, render({**result, **cost, "charts": {k: os.path.relpath(v, Path(args.markdown).parent)
+                                                                    for k, v in charts.items()}}).encode())
+    log(f"table: {args.markdown}, charts: {', '.join(map(str, charts.values()))}")
     for t in result["targets"]:
         mark = "n/a " if t["pass"] is None else ("PASS" if t["pass"] else "MISS")
         print(f"{mark} {t['target']} [{t['where']}]: {t['display']}")

@@ -276,11 +276,17 @@ def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path, mo
     results, md = tmp_path / "r.json", tmp_path / "B.md"
     results.write_text(json.dumps(result))
     assert bench_scripts.compare.main(["--render", "--results", str(results), "--markdown", str(md)]) == 0
-    assert md.read_text() == text
+    charts = {"latency": "pareto-latency.svg", "size": "pareto-size.svg"}  # beside the results, named from the page
+    assert md.read_text() == render({**result, "charts": charts}) and "## The frontier" in md.read_text()
+    for name in charts.values():
+        svg = (tmp_path / name).read_text()
+        assert svg.startswith("<svg") and "the teacher: " in svg and "within 1 point of it" in svg
+    assert "## The frontier" not in text  # a render without the charts has no section for them
     cost = {"machine": "a CPU", "runs": {}, "cuts": None}
     (tmp_path / "no-compile-cost.json").write_text(json.dumps(cost))  # bench/compile_cost.py's, shown as found
     assert bench_scripts.compare.main(["--render", "--results", str(results), "--markdown", str(md)]) == 0
-    assert md.read_text() == render({**result, "compile_cost": cost}) and "## What a compile costs" in md.read_text()
+    assert md.read_text() == render({**result, "compile_cost": cost, "charts": charts})
+    assert "## What a compile costs" in md.read_text()
     assert "ran beside other work, were re-run and are left out" in text
     result["load_average"][0]["other_cores"] = 0.9  # someone else's job ran during a repeat that was used
     assert "the machine was busy" in render(result)

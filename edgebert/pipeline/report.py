@@ -302,7 +302,10 @@ def _figure(width: float, height: float):
     return fig, fig.add_subplot()
 
 
-def _pareto_chart(points: list[dict], best: list[bool]) -> str:
+def _pareto_chart(points: list[dict], best: list[bool], *, x: str = "latency_ms", teacher: float | None = None,
+                  max_drop: float | None = None) -> str:
+    """Metric against `x` (latency_ms, or bytes), every point with its figures in the legend, the 2-D frontier
+    dashed; with `teacher`, its metric as a line and, with `max_drop`, the promise's floor under it."""
     from matplotlib.lines import Line2D
 
     fig, ax = _figure(8.6, 4.6)
@@ -312,35 +315,54 @@ def _pareto_chart(points: list[dict], best: list[bool]) -> str:
     handles = []
     for i, (p, ok) in enumerate(zip(points, best)):
         colour = PALETTE[i % len(PALETTE)]
-        area = 40 + 500 * p["bytes"] / biggest
-        ax.scatter([p["latency_ms"]], [p["metric"]], s=area, marker=marker[p["format"]], color=colour,
+        area = 40 + 500 * p["bytes"] / biggest if x == "latency_ms" else 90
+        ax.scatter([p[x]], [p["metric"]], s=area, marker=marker[p["format"]], color=colour,
                    alpha=0.85 if ok else 0.35, edgecolors="black" if ok else colour, linewidths=1.5 if ok else 0.8,
                    zorder=3)
         handles.append(Line2D([], [], linestyle="", marker=marker[p["format"]], markersize=8, color=colour,
                               markeredgecolor="black" if ok else colour,
                               label=f"{p['stage']} · {p['format']}: {p['metric']:.2f}, {p['latency_ms']:.3g} ms, "
                                     f"{_bytes(p['bytes'])}{' ★' if ok else ''}"))
-    front = sorted((p for p, ok in zip(points, best) if ok), key=lambda p: (p["latency_ms"], -p["metric"]))
+    front = sorted((p for p, ok in zip(points, best) if ok), key=lambda p: (p[x], -p["metric"]))
     line, top = [], -math.inf
     for p in front:  # the 2-D frontier: each step right must buy accuracy
         if p["metric"] > top:
             line.append(p)
             top = p["metric"]
     if len(line) > 1:
-        ax.plot([p["latency_ms"] for p in line], [p["metric"] for p in line], "--", color="#555", lw=1, zorder=2)
-    xs = [p["latency_ms"] for p in points]
+        ax.plot([p[x] for p in line], [p["metric"] for p in line], "--", color="#555", lw=1, zorder=2)
+    if teacher is not None:
+        ax.axhline(teacher, color="#2ca02c", lw=1, zorder=1)
+        handles.append(Line2D([], [], color="#2ca02c", lw=1, label=f"the teacher: {teacher:.2f}"))
+        if max_drop is not None:
+            ax.axhline(teacher - max_drop, color="#2ca02c", lw=1, ls=":", zorder=1)
+            handles.append(Line2D([], [], color="#2ca02c", lw=1, ls=":",
+                                  label=f"the promise: within {max_drop:g} point of it"))
+    xs = [p[x] for p in points]
     if max(xs) / min(xs) > 20:
         from matplotlib.ticker import FuncFormatter
 
         ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.1, 1, 10: not 10^-1
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}" if x == "latency_ms" else _bytes(v)))
+    elif x == "bytes":
+        from matplotlib.ticker import FuncFormatter
+
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _bytes(v)))
     ax.margins(0.12)
     ax.grid(True, color="#e3e3e3", zorder=0)
-    ax.set_xlabel("latency p50, batch 1 (ms)")
+    ax.set_xlabel("latency p50, batch 1 (ms)" if x == "latency_ms" else "size on disk")
     ax.set_ylabel(f"{points[0]['metric_name']} (points)")
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=9,
               title="stage · format (★ Pareto-optimal)", title_fontsize=9, alignment="left")
     return _svg(fig)
+
+
+def frontier_charts(points: list[dict], *, teacher: float | None = None, max_drop: float | None = None) -> dict:
+    """{"latency": svg, "size": svg}: the Pareto charts of `points` ({stage, format, metric, latency_ms, bytes,
+    metric_name}) against latency and against size, for bench/compare.py's peers and tiers."""
+    best = optimal(points)
+    return {"latency": _pareto_chart(points, best, teacher=teacher, max_drop=max_drop),
+            "size": _pareto_chart(points, best, x="bytes", teacher=teacher, max_drop=max_drop)}
 
 
 def _latency_chart(runs: dict[str, list[float]]) -> str:
