@@ -53,6 +53,7 @@ class Model(ABC):
     output: str  # the name of the output it returns
     max_length: int | None = None  # the longest input it takes (None: any)
     batch_size: int | None = None  # the one batch size it takes (None: any)
+    texts: tuple[str, ...] | list[str] = ()  # a raw-text model's string inputs ("text", "pair"), read with `read`; empty: it takes ids
 
     @abstractmethod
     def prepare(self, feeds: dict[str, np.ndarray]):
@@ -71,41 +72,55 @@ class Model(ABC):
         return {}
 
 
+def onnx_session(ort, path: str | bytes, threads: int, provider: str | None, *, library: str | None = None,
+                 profile: str | None = None):
+    """(an ONNX Runtime session on `path` (or a model's bytes), the accelerator record): `provider` (default cpu) with
+    the CPU as fallback, `library` a custom-op library to register first, `profile` a profiler file prefix
+    (`profile.profile_onnx`)."""
+    provider = provider or "cpu"
+    if provider not in PROVIDERS:
+        raise HarnessError(f"unknown execution provider {provider!r}: use one of {', '.join(PROVIDERS)}")
+    available = ort.get_available_providers()
+    if PROVIDERS[provider] not in available:
+        have = ", ".join(k for k, v in PROVIDERS.items() if v in available)
+        raise HarnessError(f"this onnxruntime {ort.__version__} has no {PROVIDERS[provider]}; available here: "
+                           f"{have}: install a build with it (onnxruntime-android, onnxruntime-qnn, ...) "
+                           "or pass --provider cpu")
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.log_severity_level = 3
+    if library:
+        opts.register_custom_ops_library(library)
+    if profile:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile
+    providers = [PROVIDERS["cpu"]]
+    if provider != "cpu":
+        # XNNPACK brings its own thread pool: ORT's would spin against it.
+        options = {"intra_op_num_threads": threads} if provider == "xnnpack" else {}
+        if provider == "xnnpack":
+            opts.intra_op_num_threads = 1
+        providers = [(PROVIDERS[provider], options), PROVIDERS["cpu"]]
+    try:
+        session = ort.InferenceSession(path, opts, providers=providers)
+    except Exception as e:  # noqa: BLE001  onnxruntime raises untyped errors for bad files
+        raise HarnessError(f"onnxruntime cannot load {path if isinstance(path, str) else 'the model'}: "
+                           f"{str(e).splitlines()[0]}") from None
+    return session, {"provider": provider, "providers": session.get_providers()}
+
+
 class Onnx(Model):
     """onnxruntime with dynamic batch and sequence axes."""
 
     def __init__(self, path: str, threads: int, provider: str | None = None, *,
-                 runtime: runtimes.Runtime | None = None):
+                 runtime: runtimes.Runtime | None = None, profile: str | None = None):
         runtime = runtime or runtimes.get("onnxruntime")
         ort = runtime.import_module()
         self.name, self.version = runtime.name, ort.__version__
         self.warnings = [runtime.warning] if runtime.warning else []
-        provider = provider or "cpu"
-        if provider not in PROVIDERS:
-            raise HarnessError(f"unknown execution provider {provider!r}: use one of {', '.join(PROVIDERS)}")
-        available = ort.get_available_providers()
-        if PROVIDERS[provider] not in available:
-            have = ", ".join(k for k, v in PROVIDERS.items() if v in available)
-            raise HarnessError(f"this onnxruntime {ort.__version__} has no {PROVIDERS[provider]}; available here: "
-                               f"{have}: install a build with it (onnxruntime-android, onnxruntime-qnn, ...) "
-                               "or pass --provider cpu")
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.log_severity_level = 3
-        providers = [PROVIDERS["cpu"]]
-        if provider != "cpu":
-            # XNNPACK brings its own thread pool: ORT's would spin against it.
-            options = {"intra_op_num_threads": threads} if provider == "xnnpack" else {}
-            if provider == "xnnpack":
-                opts.intra_op_num_threads = 1
-            providers = [(PROVIDERS[provider], options), PROVIDERS["cpu"]]
-        try:
-            self.session = ort.InferenceSession(path, opts, providers=providers)
-        except Exception as e:  # noqa: BLE001  onnxruntime raises untyped errors for bad files
-            raise HarnessError(f"onnxruntime cannot load {path}: {str(e).splitlines()[0]}") from None
-        self.accelerator = {"provider": provider, "providers": self.session.get_providers()}
+        self.session, self.accelerator = onnx_session(ort, path, threads, provider, profile=profile)
         inputs = self.session.get_inputs()
         self.names = [i.name for i in inputs]
         check_names(self.names, path)

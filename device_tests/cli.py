@@ -39,8 +39,9 @@ def parser() -> argparse.ArgumentParser:
     source = r.add_mutually_exclusive_group(required=True)
     source.add_argument("--inputs", help="eval.npz from the exporter: time the model and score the task metric")
     source.add_argument("--text", help="a UTF-8 file, one sentence or tab-separated pair a line: tokenize each with "
-                        "tokenizer.json (needs `pip install tokenizers`) and print labels with scores, entity spans "
-                        "with words and labels, a score, or a vector, one JSON line per input line")
+                        "tokenizer.json (needs `pip install tokenizers`; a model.text.onnx tokenizes in its graph) and "
+                        "print labels with scores, entity spans with words and labels, a score, or a vector, one JSON "
+                        "line per input line")
     r.add_argument("--tokenizer", help="--text: the tokenizer.json to use (default: the one beside the model)")
     r.add_argument("--labels", help="--text: labels.txt naming the outputs (default: the one beside the model)")
     r.add_argument("--backend", choices=runtimes.RUNTIMES.names(), help=f"default: {runtimes.defaults()}")

@@ -225,8 +225,8 @@ def run(args) -> dict:
 
 
 def run_text(args) -> dict:
-    """`run --text FILE`: each line tokenized with the bundle's tokenizer.json and read back as labels,
-    entity spans, a score or a vector (device_tests.text), in line order."""
+    """`run --text FILE`: each line tokenized with the bundle's tokenizer.json (a raw-text model tokenizes in its
+    graph) and read back as labels, entity spans, a score or a vector (device_tests.text), in line order."""
     from . import text
 
     clock = _Clock(args.timeout)
@@ -242,28 +242,42 @@ def run_text(args) -> dict:
     backend, model, _ = _load(args, clock)
     if model.batch_size not in (None, 1):
         raise HarnessError(f"{args.model} has batch {model.batch_size} signatures; --text runs one line at a time")
-    tokenizer_path = args.tokenizer or os.path.join(folder, "tokenizer.json")
-    tokenizer = text.load_tokenizer(tokenizer_path, model.max_length)
+    takes_text = bool(model.texts)  # a raw-text model: strings in
+    if takes_text and args.tokenizer:
+        raise HarnessError(f"{args.model} tokenizes in its graph: drop --tokenizer")
+    tokenizer_path = None if takes_text else args.tokenizer or os.path.join(folder, "tokenizer.json")
+    tokenizer = None if takes_text else text.load_tokenizer(tokenizer_path, model.max_length)
     labels = text.read_labels(args.labels or os.path.join(folder, "labels.txt"))
     clock.phase = "the text"
     results = []
     for line, pair in lines:
-        encoding = tokenizer.encode(line, pair)
-        feeds = text.feeds(encoding)
-        results.append(text.read_out(model.run({n: feeds[n] for n in model.names}), model.output, encoding, line,
-                                     pair, labels))
+        if takes_text:
+            if (pair is None) != (len(model.texts) == 1):
+                raise HarnessError(f"{os.path.basename(args.model)} takes {'a pair' if len(model.texts) == 2 else 'one text'}"
+                                   " a line: write " + ("two tab-separated texts" if len(model.texts) == 2 else
+                                                        "one text, no tab"))
+            found = model.read({name: np.array([value], dtype=object)
+                                for name, value in zip(model.texts, (line, pair))})
+            output, encoding, cut = found[model.output], None, bool(found["truncated"][0])
+        else:
+            encoding = tokenizer.encode(line, pair)
+            feeds = text.feeds(encoding)
+            output, cut = model.run({n: feeds[n] for n in model.names}), bool(len(encoding.overflowing))
+        results.append(text.read_out(output, model.output, encoding, line, pair, labels, cut))
     clock.stop()
     cut = [number for number, line in enumerate(results, 1) if line.get("truncated")]
-    notes = [f"{len(cut)} of {len(results)} lines are longer than the model's {tokenizer.truncation['max_length']} "
-             f"tokens and were cut to them (line {', '.join(map(str, cut[:5]))}{', ...' if len(cut) > 5 else ''}; "
-             "`truncated` in the output): their answers read only the start"] if cut else []
+    limit = model.max_length if takes_text else tokenizer.truncation["max_length"]
+    notes = [f"{len(cut)} of {len(results)} lines are longer than the model's {limit} tokens and were cut "
+             f"to them (line {', '.join(map(str, cut[:5]))}{', ...' if len(cut) > 5 else ''}; `truncated` in the "
+             "output): their answers read only the start"] if cut else []
     for note in notes:  # on screen, as the manifest warning is: a reader of the lines may never look
         print(f"device_tests: warning: {note}", file=sys.stderr, flush=True)
     return {"harness": __version__, "complete": True,
             "model": {"file": os.path.basename(args.model), "sha256": digest, **verified},
             "runtime": {"backend": backend, "version": model.version, **model.accelerator},
-            "tokenizer": os.path.basename(tokenizer_path), "labels": labels, "output": model.output,
-            "lines": results, "warnings": [w for w in (unverified,) if w] + list(model.warnings) + notes}
+            "tokenizer": "in the model" if takes_text else os.path.basename(tokenizer_path), "labels": labels,
+            "output": model.output, "lines": results,
+            "warnings": [w for w in (unverified,) if w] + list(model.warnings) + notes}
 
 
 def write(result: dict, path: str) -> None:

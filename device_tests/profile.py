@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from . import HarnessError
+from . import runtimes
 from .evalset import EvalSet
 
 
@@ -41,24 +41,13 @@ def profile_onnx(model: str, data: EvalSet, rows: list[int], *, threads: int = 1
                  pad_to: int | None = None) -> dict:
     """Profile `model` at batch 1 on eval `rows` (true length, or `pad_to`) after `warmup` unprofiled-in-the-result
     runs; the result holds only the events of the timed rows."""
-    try:
-        import onnxruntime as ort
-    except ImportError as e:
-        raise HarnessError(f"profiling needs onnxruntime ({e}): pip install onnxruntime") from None
+    runtime = runtimes.choose(model)  # onnxruntime, or the one that registers a raw-text model's custom ops
     with tempfile.TemporaryDirectory(prefix="edgebert-profile-") as tmp:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.log_severity_level = 3
-        opts.enable_profiling = True
-        opts.profile_file_prefix = os.path.join(tmp, "ort")
-        session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-        types = {i.name: (np.int32 if "int32" in i.type else np.int64) for i in session.get_inputs()}
+        loaded = runtime.open(model, threads, profile=os.path.join(tmp, "ort"))
+        session = loaded.session
 
         def feed(row):
-            b = data.batch([row], pad_to or int(data.lengths[row]))
-            return {k: np.ascontiguousarray(b[k], dtype=t) for k, t in types.items()}
+            return loaded.prepare(data.batch([row], pad_to or int(data.lengths[row])))
 
         for i in range(warmup):
             session.run(None, feed(i % data.n))
@@ -73,6 +62,6 @@ def profile_onnx(model: str, data: EvalSet, rows: list[int], *, threads: int = 1
     start = keep[0]["ts"] if keep else 0
     result = aggregate_profile([e for e in events if e.get("ts", 0) >= start], len(rows))
     result.update({"model": os.path.basename(model), "threads": threads, "pad_to": pad_to,
-                   "onnxruntime": ort.__version__,
+                   "onnxruntime": loaded.version,
                    "mean_length": float(np.mean([pad_to or int(data.lengths[r]) for r in rows]))})
     return result

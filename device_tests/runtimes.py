@@ -51,11 +51,12 @@ class Runtime:
         except ImportError as e:
             raise HarnessError(f"backend {self.name} cannot be imported ({e}): pip install {self.install}") from None
 
-    def open(self, path: str, threads: int, accelerator: str | None = None):
-        """`path` loaded in this runtime: its class called as (path, threads, accelerator, runtime=self)."""
+    def open(self, path: str, threads: int, accelerator: str | None = None, **options):
+        """`path` loaded in this runtime: its class called as (path, threads, accelerator, runtime=self, **options)
+        (ONNX Runtime's classes take `profile`, a profiler file prefix)."""
         module, _, name = self.model.partition(":")
         cls = getattr(importlib.import_module(f".{module}", __package__), name)
-        return cls(path, threads, accelerator, runtime=self)
+        return cls(path, threads, accelerator, runtime=self, **options)
 
 
 RUNTIMES: Registry[Runtime] = Registry("backend")
@@ -79,9 +80,17 @@ def formats() -> dict[str, str]:
     return {r.format: r.suffix for r in RUNTIMES.values()}
 
 
+def suffix_of(path) -> str | None:
+    """The registered suffix `path` ends with, the longest when several do (model.text.onnx: .text.onnx, not .onnx);
+    None when none does."""
+    name = Path(path).name
+    return max((r.suffix for r in RUNTIMES.values() if name.endswith(r.suffix)), key=len, default=None)
+
+
 def for_file(path: str) -> list[Runtime]:
     """The runtimes that run `path`, by its suffix, preferred first."""
-    found = [r for r in RUNTIMES.values() if r.suffix == Path(path).suffix]
+    suffix = suffix_of(path)
+    found = [r for r in RUNTIMES.values() if r.suffix == suffix] if suffix else []
     if not found:
         raise HarnessError(f"cannot tell the backend from {path}: pass a {' or '.join(formats().values())} file "
                            f"or --backend {'|'.join(RUNTIMES)}")
@@ -115,3 +124,6 @@ register(Runtime(name="executorch", format="executorch", suffix=".pte", module="
                  package="executorch", model="executorch:ExecuTorch", sysroot=False, needs=("torch",)))
 register(Runtime(name="executorch-numpy", format="executorch", suffix=".pte", module="executorch_numpy_runtime",
                  package="executorch-numpy-runtime", model="executorch:ExecuTorch", sysroot=False))
+register(Runtime(name="onnxruntime-extensions", format="onnx-text", suffix=".text.onnx", module="onnxruntime_extensions",
+                 package="onnxruntime-extensions", model="rawtext:RawText", accelerator_flag="provider",
+                 pip="onnxruntime onnxruntime-extensions", sysroot=False))

@@ -3,7 +3,8 @@ entity spans or vectors — what an app does with the bundle, checked on the dev
 
 Tokenization is Hugging Face `tokenizers` reading the bundle's tokenizer.json (it has aarch64 wheels),
 the library the model's ids were made with, so nothing here re-implements WordPiece or BPE. It is the
-harness's one dependency beyond numpy and a runtime, and only --text imports it.
+harness's one dependency beyond numpy and a runtime, and only --text imports it. A raw-text model
+(model.text.onnx) tokenizes inside its graph: it takes the lines as they are, and tokenizers is not needed.
 """
 
 from __future__ import annotations
@@ -76,10 +77,11 @@ def feeds(encoding) -> dict[str, np.ndarray]:
 
 
 def read_out(output: np.ndarray, output_name: str, encoding, text: str, pair: str | None,
-             labels: list[str]) -> dict:
-    """What one line's output means: a vector, entity spans, a score or labels with probabilities."""
+             labels: list[str], truncated: bool) -> dict:
+    """What one line's output means: a vector, entity spans (from the `encoding`'s words), a score or labels with
+    probabilities."""
     line = {"text": text} if pair is None else {"text": text, "pair": pair}
-    if len(encoding.overflowing):
+    if truncated:
         line["truncated"] = True
     if output_name == EMBEDDINGS:
         return {**line, "embedding": [float(x) for x in output.reshape(-1)]}

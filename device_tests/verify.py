@@ -172,7 +172,7 @@ def _names(record: dict, only: str | None, fmt: str | None, backend: str | None)
     for flag, value, suffix in (("--format", fmt, fmt and runtimes.formats().get(fmt)),
                                 ("--backend", backend, backend and runtimes.get(backend).suffix)):
         if value:
-            names = [n for n in names if os.path.splitext(n)[1] == suffix]
+            names = [n for n in names if runtimes.suffix_of(n) == suffix]
             if not names:
                 raise HarnessError(f"{flag} {value}: the bundle has no {suffix} file with golden outputs; "
                                    f"it has {', '.join(record['files'])}")

@@ -5,9 +5,13 @@ The runtime entry names the format, its suffix and how a file of it runs; the `F
 written (its export config and exporter), how a bundle describes its inputs and outputs, and which
 quantization methods produce it (`quantize_methods`, the recipe's names; `quantizers`, filled in by
 `edgebert.quantize`, which export never imports). Each format edgebert writes has a module of its own,
-`export/<format name>.py`, that registers its `Format`; the registry imports those of the formats the
-runtime table names on first lookup, so a new format is that module and its runtime's entry. (A format
-some runtime runs but edgebert does not write has no such module, and no `Format`.)
+`export/<format name>.py` (a hyphen as an underscore: export/onnx_text.py), that registers its `Format`; the
+registry imports those of the formats the runtime table names on first lookup, so a new format is that module
+and its runtime's entry. (A format some runtime runs but edgebert does not write has no such module, and no
+`Format`.)
+
+A format with a `source` is built from another format's file and the tokenizer, not from PyTorch (the raw-text
+model wraps model.onnx): export builds it after its source, and verifies it against that file.
 """
 
 from __future__ import annotations
@@ -36,6 +40,19 @@ class Format:
     # the methods its exporter does itself: method -> the export config's changes ({"fp16": {"precision": "fp16"}})
     export_methods: dict[str, dict] = field(default_factory=dict)
     quantizers: dict = field(default_factory=dict)  # {quantize config type: method}, see edgebert.quantize
+    # built from a file of this format (and the tokenizer): its exporter is then (source: Path, config, out) -> meta
+    source: str | None = None
+    requires: tuple[str, ...] = ()  # modules writing one imports beyond edgebert[convert]: a recipe without them is refused
+    extra: str | None = None  # edgebert's pip extra that installs them
+    skips: dict[str, str] = field(default_factory=dict)  # task kind -> why no file of this format serves it
+
+    def missing(self) -> str | None:
+        """Why this machine cannot write a file of it (a module it needs is not installed), else None."""
+        absent = [m for m in self.requires if find_spec(m) is None]
+        if not absent:
+            return None
+        return (f"{self.name} needs {', '.join(absent)}, which is not installed here: "
+                f"pip install 'edgebert[{self.extra}]'")
 
     @property
     def name(self) -> str:
@@ -64,8 +81,9 @@ class Format:
 
 def _import_formats() -> None:
     for name in runtimes.formats():
-        if find_spec(f"{__package__}.{name}"):
-            import_module(f"{__package__}.{name}")
+        module = f"{__package__}.{name.replace('-', '_')}"  # onnx-text: export/onnx_text.py
+        if find_spec(module):
+            import_module(module)
 
 
 FORMATS: Registry[Format] = Registry("format", load=_import_formats)
@@ -90,7 +108,8 @@ def get(name: str) -> Format:
 
 def of_path(path: str | Path) -> Format | None:
     """The format a file name implies (by suffix); None when no format claims it."""
-    return next((f for f in FORMATS.values() if f.suffix == Path(path).suffix), None)
+    suffix = runtimes.suffix_of(path)
+    return next((f for f in FORMATS.values() if f.suffix == suffix), None)
 
 
 def of_file(path: str | Path) -> Format:

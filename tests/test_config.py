@@ -21,7 +21,9 @@ from edgebert.quantize.config import MixedPrecisionConfig, QATConfig, StaticInt8
 for module in pkgutil.walk_packages(edgebert.__path__, "edgebert."):  # every Config subclass is defined
     importlib.import_module(module.name)
 
-VALID = {DataConfig: {"train": "train.csv"}}  # the one config with a required choice
+from edgebert.export.onnx_text import OnnxTextConfig  # noqa: E402
+
+VALID = {DataConfig: {"train": "train.csv"}, OnnxTextConfig: {"tokenizer": "bundle"}}  # the configs with a required field
 
 
 def _subclasses(cls: type) -> list[type]:

@@ -26,7 +26,7 @@ import numpy as np
 
 from edgebert.config import repeated
 from edgebert.device_tests import HarnessError, verify
-from edgebert.device_tests.evalset import TASK, task_of
+from edgebert.device_tests.evalset import INPUTS, TASK, task_of
 from edgebert.device_tests.files import atomic_dir, sha256
 from edgebert.device_tests.verify import GOLDEN
 from edgebert.device_tests.versions import versions
@@ -41,10 +41,11 @@ MANIFEST, LABELS, EVAL, REPORT = "manifest.json", "labels.txt", "eval.npz", "rep
 MEDIAPIPE = (CLASSIFIER, EMBEDDER)  # MediaPipe's TextClassifier and TextEmbedder files, cut from model.tflite
 HF_CONFIG = "config.json"  # the model's Hugging Face config: Optimum and transformers.pipeline load the bundle
 # Keys write_bundle computes; a caller's manifest may carry anything else (task, quantization, stages...).
-COMPUTED = ("format", "format_version", "labels", "inputs", "eval", "mediapipe", "golden", "hf", "pareto", "files",
-            "versions", "created")
+COMPUTED = ("format", "format_version", "labels", "inputs", "eval", "mediapipe", "text_model", "golden", "hf", "pareto",
+            "files", "versions", "created")
 VERSIONED = ("edgebert", "torch", "transformers", "tokenizers", "numpy", "onnx", "onnxruntime", "onnxscript",
-             "ai-edge-litert", "litert-torch", "ai-edge-quantizer", "mediapipe", "jinja2", "matplotlib")
+             "onnxruntime-extensions", "ai-edge-litert", "litert-torch", "ai-edge-quantizer", "mediapipe", "jinja2",
+             "matplotlib")
 STAGE_KEYS = ("name", "params", "bytes", "flops", "metrics", "wall_s")
 POINT_KEYS = ("stage", "format", "latency_ms", "metric", "bytes")
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -133,6 +134,7 @@ def _fill(tmp: Path, sources: dict[str, Path], tokenizer_dir: Path, labels: list
                          "tokenizer_files": sorted(written), "files": files},
               "eval": {"file": EVAL, "examples": len(arrays["lengths"]), "length": int(arrays["input_ids"].shape[1]),
                        "columns": list(columns)}}
+    record["text_model"] = _text_model(files, extra.get("task"))
     if mediapipe is not False:
         record["mediapipe"] = _mediapipe(tmp, labels, extra.get("task"), required=bool(mediapipe))
         if "file" in record["mediapipe"]:
@@ -156,6 +158,21 @@ def _mediapipe(tmp: Path, labels: list[str], task, required: bool) -> dict:
 
     kind = task.get("kind") if isinstance(task, dict) else None
     return for_bundle(tmp, labels=labels, kind=kind, required=required)
+
+
+def _text_model(files: dict[str, dict], task) -> dict:
+    """The raw-text model (a file built from another format's file and the tokenizer: strings in, answers out), or why
+    the bundle has none: the task's kind is one it cannot serve, or the recipe did not ask for it."""
+    found = {name: io for name, io in files.items() if formats.of_path(name).source is not None}
+    if found:
+        name, io = next(iter(found.items()))
+        return {"file": name, "wraps": formats.get(formats.of_path(name).source).name, "inputs": list(io["inputs"]),
+                "outputs": list(io["outputs"]), "needs": io["custom_ops"]["package"]}
+    kind = task.get("kind") if isinstance(task, dict) else None
+    derived = [f for f in formats.all_formats() if f.source is not None]
+    reasons = [f.skips[kind] for f in derived if kind in f.skips]
+    asked = "; ".join(f"list \"{f.name}\" in [export] formats (pip install 'edgebert[{f.extra}]')" for f in derived)
+    return {"skipped": reasons[0] if reasons else f"not asked for: {asked}"}
 
 
 def _golden(tmp: Path, names: list[str], columns: dict) -> dict:
@@ -307,9 +324,9 @@ def _model_io(path: Path) -> dict:
 
 
 def _input_names(io: dict) -> list[str]:
-    """Input names of one file: of its graph, or of each of its signatures."""
+    """Token-id input names of one file: of its graph, or of each of its signatures (a raw-text model's are strings)."""
     graphs = io["signatures"].values() if "signatures" in io else [io]
-    return [n for g in graphs for n in g["inputs"]]
+    return [n for g in graphs for n in g["inputs"] if n in INPUTS]
 
 
 def _input_order(name: str) -> tuple:

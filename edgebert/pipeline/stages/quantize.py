@@ -37,19 +37,20 @@ class _Shared(Config):
                                 "use embeddings = 'int8' or another method")
 
     def method(self, fmt: formats.Format) -> str:
-        """The recipe's method for `fmt`'s file ("none": the export stage writes it float)."""
-        return getattr(self, fmt.name)
+        """The recipe's method for `fmt`'s file ("none": the export stage writes it: float, or built from another
+        format's file, which has no method of its own)."""
+        return getattr(self, fmt.name) if fmt.quantize_methods else "none"
 
     @property
     def budget(self) -> Budget:
         return Budget(max_metric_drop=self.accuracy_budget / 100)  # the recipe says points, Budget fractions
 
 
-# One field per registered format, named after it ([quantize] onnx = "static"), taking that format's
-# quantize_methods, the first by default: a new format needs no edit here.
+# One field per registered format that has quantize methods, named after it ([quantize] onnx = "static"), taking
+# them, the first by default: a new format needs no edit here.
 QuantizeStageConfig = make_dataclass(
     "QuantizeStageConfig", [(f.name, Literal[f.quantize_methods], field(default=f.quantize_methods[0]))
-                            for f in formats.all_formats()],
+                            for f in formats.all_formats() if f.quantize_methods],
     bases=(_Shared,), frozen=True, kw_only=True)
 QuantizeStageConfig.__module__ = __name__
 QuantizeStageConfig.__doc__ = "INT8 model files for each export format, each within `accuracy_budget` of PyTorch or an error."
@@ -118,8 +119,8 @@ def run(ctx: Context, state: State, options: _Shared, dest: Path, work: Path) ->
 def key(recipe) -> dict:
     """Quantized files also depend on which formats are exported and at which lengths."""
     export_options = recipe.stage("export")
-    return {**recipe.stage("quantize").to_dict(), "formats": export_options.formats,
-            "seq_lens": export_options.seq_lens}
+    quantized = [f for f in export_options.formats if formats.get(f).quantize_methods]  # not a file built from another
+    return {**recipe.stage("quantize").to_dict(), "formats": quantized, "seq_lens": export_options.seq_lens}
 
 
 register(Stage(name="quantize", options=QuantizeStageConfig, run=run, key=key, keyed_by_code=True, by_default=True,
