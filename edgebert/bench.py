@@ -25,7 +25,7 @@ from .device_tests import runtimes
 from .device_tests.files import write_bytes, write_json
 from .device_tests.accelerators import DELEGATES, PROVIDERS
 from .device_tests.verify import line
-from .targets import Adb, BenchError, Job, Local, parse
+from .targets import Adb, BenchError, Job, Local, jobs_for, parse
 
 DEFAULT_RUNS = {"warmup": 10, "runs": 100}
 EMULATED_RUNS = {"warmup": 1, "runs": 5}  # emulated float math is 300-500x slower
@@ -50,12 +50,12 @@ def resolve(model_or_bundle, fmt: str | None = None, inputs=None,
         raise BenchError(f"unknown format {fmt!r}: use one of {', '.join(known)}")
     suffixes = [known[fmt]] if fmt else list(known.values())
     if path.is_dir():
-        models = sorted(p for p in path.iterdir() if p.suffix in suffixes)
+        models = sorted(p for p in path.iterdir() if runtimes.suffix_of(p) in suffixes)
         if not models:
             raise BenchError(f"bundle {path} has no {' or '.join('*' + s for s in suffixes)} model")
         folder = path
     else:
-        if path.suffix not in known.values():
+        if runtimes.suffix_of(path) not in known.values():
             raise BenchError(f"{path} is not a {' or '.join(known.values())} model")
         models, folder = [path], path.parent
     eval_set = Path(inputs).resolve() if inputs else folder / "eval.npz"
@@ -114,7 +114,7 @@ def bench(model_or_bundle, *, target="local", backend=None, fmt=None, threads=1,
                     "pad_to": pad_to, "truncate": truncate, "logits": logits, "emulated": t.emulated,
                     "provider": provider, "delegate": delegate}
         out = []
-        for model, eval_set, found, golden in jobs:
+        for model, eval_set, found, golden in jobs_for(t, jobs):  # web: the .onnx files alone
             log(f"bench: {model.name} on {t.name}" + (" (emulated: timings are not device latency)" if t.emulated else ""))
             result = t.run(Job(model, eval_set, found, backend, settings, timeout, golden))
             result["target"] = t.name
@@ -310,7 +310,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", help=f"a model ({'/'.join(runtimes.formats().values())}) or a bundle folder "
                    "(model.*, eval.npz, manifest.json)")
     p.add_argument("--target", action="append", help="local (default), ssh://user@host[:port], adb[:serial], "
-                   "qemu-aarch64[:cpu] (cortex-a72, cortex-a76, neoverse-n1); repeat for several: they run "
+                   "qemu-aarch64[:cpu] (cortex-a72, cortex-a76, neoverse-n1), web (ORT Web in headless Chromium, "
+                   ".onnx only); repeat for several: they run "
                    "at once and share one comparison table")
     p.add_argument("--format", choices=list(runtimes.formats()), help="bench only this format of a bundle")
     p.add_argument("--backend", choices=runtimes.RUNTIMES.names(), help=f"default: {runtimes.defaults()}")
