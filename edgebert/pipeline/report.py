@@ -140,12 +140,13 @@ def promise_lines(record: dict, *, missed_only: bool = False) -> list[str]:
     metric, teacher, max_drop, files = record["metric"], record["teacher"], record["max_drop"], record["files"]
     out = []
     each = ", ".join(f"{name} {f['metric']:.2f} ({-f['drop']:+.2f})" for name, f in files.items())
+    drop = f"{max_drop:g} point{'' if max_drop == 1 else 's'}"
     if not record["within"]:
         out.append(f"promise: NOT kept: {each} against the teacher's {metric} {teacher:.2f}, more than max_drop "
-                   f"{max_drop:g} points under it; the bundle holds the best this recipe found (recover longer, "
-                   f"prune less, or raise max_drop)")
+                   f"{drop} under it; the bundle holds the best this recipe found (recover longer, prune less, or "
+                   f"raise max_drop)")
     elif not missed_only:
-        out.append(f"promise: kept: {each}, each within {max_drop:g} points of the teacher's {metric} {teacher:.2f}")
+        out.append(f"promise: kept: {each}, each within {drop} of the teacher's {metric} {teacher:.2f}")
     sizes = ", ".join(f"{name} {f['smaller']:.1f}x" for name, f in files.items() if f["smaller"] is not None)
     if sizes and not record["small"]:
         out.append(f"promise: size NOT kept: {sizes} smaller than the teacher's FP32 weights, under "
