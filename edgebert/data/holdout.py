@@ -29,7 +29,8 @@ def carve(split: Split, size: int, seed: int, *, name: str) -> tuple[Split, Spli
         groups = split.documents or list(range(len(split)))
         carved, dropped = _whole(groups, size, seed), set()
     elif first is not None and first.text_pair is not None:
-        carved, dropped = _whole(_linked([(_key(e.text), _key(e.text_pair)) for e in split.examples]), size, seed), set()
+        groups = _linked([(_key(e.text), _key(e.text_pair)) for e in split.examples])
+        carved, dropped = _whole(groups, size, seed), set()
     else:
         carved, dropped = _Phrases([_key(e.text) for e in split.examples]).carve(size, seed)
     kept = [i for i in range(len(split)) if i not in carved and i not in dropped]

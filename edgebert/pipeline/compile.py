@@ -30,7 +30,7 @@ from ..errors import EdgebertError, on_disk_full
 from ..progress import clock
 from ..passes.train import Accelerator, fingerprint
 from .estimate import estimate
-from .context import Context, StageRecord, State, context, data_fingerprint, eval_file, log, retokenize, start_model
+from .context import Context, StageRecord, State, context, data_fingerprint, eval_file, log, retokenize, start_weights
 from .promise import promise
 from .recipe import Recipe
 from .report import BASELINE_MARGIN, near_baseline, promise_lines
@@ -135,7 +135,7 @@ def compile(recipe: Recipe, out: str | Path, *, data_dir: str | None = None, res
     ctx = context(recipe, out, data_dir)  # bad data or recipe fails here, before anything is written
     if budget is not None:
         check_floor(ctx, budget, target)  # a latency no student can reach, too
-    start, weights = _start_weights(recipe)
+    start, weights = start_weights(recipe)
     need = 4 * sum(f.stat().st_size for f in weights)  # stage models, ONNX, TFLite, bundle
     with ExitStack() as held:
         def prepare():
@@ -169,12 +169,6 @@ def _compile(ctx: Context, start: Path, key: str, *, bench: bool | None, rebench
                                             searched=found, promised=promised))
 
 
-def _start_weights(recipe: Recipe) -> tuple[Path, list[Path]]:
-    """The start model's folder and its weight files."""
-    start = start_model(recipe)
-    return start, sorted(start.glob("*.safetensors"))
-
-
 def _start_key(ctx: Context, start: Path, weights: list[Path]) -> str:
     """What every stage's cache key chains from: the recipe's top-level fields (but max_drop, which judges the
     result and trains nothing), the start weights, the data."""
@@ -188,7 +182,7 @@ def run_stages(recipe: Recipe, out: str | Path, *, data_dir: str | None = None) 
     compile into the same `out` has run already are reused."""
     out = _absolute(out)
     ctx = context(recipe, out, data_dir)
-    start, weights = _start_weights(recipe)
+    start, weights = start_weights(recipe)
     with ExitStack() as held:
         Accelerator.process().first(lambda: held.enter_context(_claimed(out, resume=True, force=False)))
         return _run_stages(ctx, start, _start_key(ctx, start, weights))[1]

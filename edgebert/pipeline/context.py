@@ -96,6 +96,12 @@ def start_model(recipe) -> Path:
     return path
 
 
+def start_weights(recipe) -> tuple[Path, list[Path]]:
+    """The start model's folder and its weight files (what the start key hashes and the promise sizes up)."""
+    start = start_model(recipe)
+    return start, sorted(start.glob("*.safetensors"))
+
+
 def embedding_head(folder: Path) -> HeadConfig:
     """The sentence-embedding head a checkpoint folder declares the way sentence-transformers saves it
     (1_Pooling/config.json: mean or [CLS] pooling; a Normalize module in modules.json: L2-normalised);

@@ -13,7 +13,7 @@ import json
 from edgebert.device_tests.files import write_json
 from edgebert.device_tests.metrics import points
 
-from .context import Context, State, StageRecord, log, start_model, task_model
+from .context import Context, State, StageRecord, log, start_model, start_weights, task_model
 from .report import promise_lines
 from .stages import STAGES
 
@@ -40,8 +40,7 @@ def _teacher_bytes(ctx: Context, stages: list[StageRecord]) -> int | None:
     """The teacher's FP32 bytes: the fine-tuned model's, else the start model's weight files (None: none found)."""
     if stages and STAGES.get(stages[0].name).fine_tunes:
         return stages[0].bytes
-    weights = list(start_model(ctx.recipe).glob("*.safetensors"))
-    return sum(w.stat().st_size for w in weights) or None
+    return sum(w.stat().st_size for w in start_weights(ctx.recipe)[1]) or None
 
 
 def promise(ctx: Context, stages: list[StageRecord], state: State, start_key: str) -> dict | None:
