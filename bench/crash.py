@@ -6,8 +6,10 @@ compare every resumed bundle's files with an uninterrupted run's, byte for byte.
 Each kill is a real quick compile (the README's second command, on the data it finds as a user's would), started
 in WORK/<n>, killed with SIGKILL a seeded-random number of seconds in (between 2 s and the uninterrupted run's
 wall time, so it lands in any stage, the teacher cache and the bundle write included), then run again with
---resume to the end. A kill is clean when nothing half-written is left outside OUT/work and the resumed bundle's
-files (manifest.json's list, less report.html, which holds wall times) have the uninterrupted run's sha256s.
+--resume to the end. A compile that ends before its kill is not a kill: it starts again with a new draw within
+the time that run took, so every kill interrupts a running compile (`redrawn` counts them). A kill is clean when
+nothing half-written is left outside OUT/work and the resumed bundle's files (manifest.json's list, less
+report.html, which holds wall times) have the uninterrupted run's sha256s.
 Writes RESULTS/crash-quick.json and prints one line per kill.
 """
 
@@ -53,6 +55,19 @@ def finish(run: subprocess.Popen, what: str) -> None:
         sys.exit(f"crash: {what} failed (exit {run.returncode}): {err.strip().splitlines()[-1] if err.strip() else ''}")
 
 
+def ended_in(run: subprocess.Popen, delay: float) -> float | None:
+    """SIGKILL the run `delay` seconds in, and None; or, when it ended first, the seconds it took."""
+    t0 = time.monotonic()
+    try:
+        run.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        return None
+    run.communicate()
+    return time.monotonic() - t0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=20)
@@ -68,21 +83,20 @@ def main() -> None:
     print(f"uninterrupted: {whole_s:.0f} s, {len(whole)} files", flush=True)
     rng, kills = random.Random(args.seed), []
     for n in range(args.kills):
-        out, delay = work / str(n), round(rng.uniform(2.0, whole_s), 1)
-        run = compile_quick(out)
-        time.sleep(delay)
-        ended_first = run.poll() is not None
-        run.send_signal(signal.SIGKILL)
-        run.wait()
+        out, delay, redrawn = work / str(n), round(rng.uniform(2.0, whole_s), 1), 0
+        while (ran_s := ended_in(compile_quick(out), delay)) is not None:  # the next draw lands inside that run
+            shutil.rmtree(out)
+            delay, redrawn = round(rng.uniform(2.0, ran_s), 1), redrawn + 1
         stages = sorted(p.name.split("-")[1] for p in (out / "stages").glob("*-*")) if (out / "stages").is_dir() else []
         left = half_written(out)
         t1 = time.monotonic()
         finish(compile_quick(out, "--resume"), f"kill {n}'s resume")
         same = files(out) == whole
-        kills.append({"kill": n, "after_s": delay, "ended_before_kill": ended_first, "stages_done": stages,
+        kills.append({"kill": n, "after_s": delay, "redrawn": redrawn, "stages_done": stages,
                       "half_written_outside_work": left, "resume_s": round(time.monotonic() - t1, 1),
                       "same_files": same})
-        print(f"kill {n}: SIGKILL at {delay:.1f} s ({len(stages)} stages done{', already ended' if ended_first else ''})"
+        again = f", {redrawn} redrawn" if redrawn else ""
+        print(f"kill {n}: SIGKILL at {delay:.1f} s ({len(stages)} stages done{again})"
               f"; half-written outside work: {left or 'none'}; resumed bundle {'identical' if same else 'DIFFERS'}",
               flush=True)
         shutil.rmtree(out)

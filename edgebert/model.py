@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -424,6 +425,7 @@ class Encoder(nn.Module):
         # Eager calls only: a data-dependent refusal has no place in a graph, and this is the entry point of every
         # trace, an exporter's (edgebert's or the caller's own torch.onnx.export) as well as torch.compile's.
         if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):
+            input_ids, attention_mask, token_type_ids = as_inputs(input_ids, attention_mask, token_type_ids)
             check_inputs(self.config, input_ids, attention_mask, token_type_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -431,14 +433,38 @@ class Encoder(nn.Module):
         return self.encoder(x, attention_bias(attention_mask, x.dtype))
 
 
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def as_inputs(*inputs) -> tuple[torch.Tensor | None, ...]:
+    """The forward's inputs as tensors: numpy arrays and lists of rows become tensors, as a library user expects of
+    a model, and `check_inputs` then judges their dtype and shape; a tensor or None passes as it is."""
+    return tuple(t if t is None or isinstance(t, torch.Tensor) else _as_tensor(name, t)
+                 for name, t in zip(INPUT_NAMES, inputs))
+
+
+def _as_tensor(name: str, value) -> torch.Tensor:
+    if not isinstance(value, (np.ndarray, list, tuple)):
+        raise EdgebertError(f"{name} is a {type(value).__name__}: pass a torch tensor, a numpy array or a list of "
+                            "rows of token ids (tokenize text first)")
+    try:
+        array = np.asarray(value)
+    except ValueError as e:  # numpy's word for rows of different lengths
+        raise EdgebertError(f"{name} is a {type(value).__name__} that is not one array ({e}): pad its rows to one "
+                            "length (attention_mask 0 on the padding)") from None
+    if array.dtype.kind == "u":  # tokenizers' uint32 ids: torch reads few ops on unsigned types
+        array = array.astype(np.int64)
+    if array.dtype.kind not in "biuf":
+        raise EdgebertError(f"{name} holds {array.dtype} values: pass numbers (token ids; 1 and 0 for the mask)")
+    return torch.tensor(array)
+
+
 def check_inputs(config: EncoderConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                  token_type_ids: torch.Tensor | None) -> None:
     """Refuse inputs the forward would otherwise broadcast, index out of range or answer from nothing."""
-    for name, t in (("input_ids", input_ids), ("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-        if t is None and name != "input_ids":
+    for name, t in zip(INPUT_NAMES, (input_ids, attention_mask, token_type_ids)):
+        if t is None:
             continue
-        if not isinstance(t, torch.Tensor):
-            raise EdgebertError(f"{name} is a {type(t).__name__}: pass a torch tensor (torch.as_tensor({name}))")
         if name != "attention_mask" and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
             raise EdgebertError(f"{name} has dtype {t.dtype}: pass integer ids ({name}.long())")
     if input_ids.dim() != 2:
@@ -545,7 +571,8 @@ class TaskModel(nn.Module):
         self.encoder = Encoder(config)
 
     def pooled(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
-        """The encoder's output pooled as `head.pooling` says."""
+        """The encoder's output pooled as `head.pooling` says (the mask as a tensor, which `pool` reads too)."""
+        input_ids, attention_mask, token_type_ids = as_inputs(input_ids, attention_mask, token_type_ids)
         return pool(self.encoder(input_ids, attention_mask, token_type_ids), attention_mask, self.head.pooling)
 
     @property
@@ -622,8 +649,6 @@ class Embedder(TaskModel):
     pools = True
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
         x = self.pooled(input_ids, attention_mask, token_type_ids)
         return F.normalize(x, dim=-1) if self.head.normalize else x
 

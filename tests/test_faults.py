@@ -830,18 +830,21 @@ def test_forward_refuses_inputs_it_would_misread(case, kind, fault_kit):
 
 
 TYPES = [
-    ("ids-list", lambda torch: dict(input_ids=[[1] * 8] * 2), "input_ids is a list: pass a torch tensor"),
-    ("ids-numpy", lambda torch: dict(input_ids=np.ones((2, 8), np.int64)), "input_ids is a ndarray: pass a torch tensor"),
+    ("ids-ragged", lambda torch: dict(input_ids=[[1] * 8, [1] * 7]), "input_ids is a list that is not one array"),
+    ("ids-string", lambda torch: dict(input_ids="a sentence"), "input_ids is a str: pass a torch tensor, a numpy"),
+    ("ids-strings", lambda torch: dict(input_ids=[["a"] * 8] * 2), "input_ids holds <U1 values: pass numbers"),
     ("ids-float", lambda torch: dict(input_ids=torch.ones(2, 8)), "input_ids has dtype torch.float32: pass integer ids"),
-    ("types-list", lambda torch: dict(token_type_ids=[[0] * 8] * 2), "token_type_ids is a list: pass a torch tensor"),
+    ("ids-float-numpy", lambda torch: dict(input_ids=np.ones((2, 8))), "input_ids has dtype torch.float64"),
+    ("types-dict", lambda torch: dict(token_type_ids={"a": 0}), "token_type_ids is a dict: pass a torch tensor"),
     ("mask-soft", lambda torch: dict(attention_mask=torch.full((2, 8), 0.5)),
      "attention_mask holds 0.5: pass 1 for each token and 0 for padding"),
 ]
 
 
 @pytest.mark.parametrize("case", TYPES, ids=[c[0] for c in TYPES])
-def test_forward_refuses_what_is_not_a_tensor_of_ids_or_a_0_1_mask(case, fault_kit):
-    """Lists and arrays were raw torch errors, float ids were embedded, and a 0.5 mask weighted keys by log 0.5."""
+def test_forward_refuses_what_is_not_ids_or_a_0_1_mask(case, fault_kit):
+    """Strings and ragged rows were raw torch errors, float ids were embedded, and a 0.5 mask weighted keys by
+    log 0.5."""
     import torch
 
     from edgebert import checkpoint
@@ -849,10 +852,35 @@ def test_forward_refuses_what_is_not_a_tensor_of_ids_or_a_0_1_mask(case, fault_k
     _, make, expect = case
     model = checkpoint.load(fault_kit.ckpt).eval()
     feeds = {"input_ids": torch.ones(2, 8, dtype=torch.long), **make(torch)}
-    with torch.no_grad(), pytest.raises(EdgebertError, match=re.escape(expect)):
+    with torch.no_grad(), pytest.raises(EdgebertError, match=re.escape(expect)) as e:
         model(**feeds)
+    assert "\n" not in str(e.value)
     with torch.no_grad():  # a float mask of zeros and ones is a mask
         model(torch.ones(2, 8, dtype=torch.long), torch.tensor([[1.0] * 8, [1.0] * 4 + [0.0] * 4]))
+
+
+@pytest.mark.parametrize("kind", ["classifier", "encoder", "embedder"])
+def test_forward_reads_numpy_arrays_and_lists_as_a_tensor(kind, fault_kit):
+    """A library user passes what the tokenizer gave: lists of ids, or numpy arrays (uint32 from `tokenizers`).
+    Each gives the tensor's output exactly, the mask and segment ids too."""
+    import torch
+
+    from edgebert import checkpoint
+    from edgebert.model import Embedder, HeadConfig, encoder_of
+
+    model = checkpoint.load(fault_kit.ckpt).eval()
+    if kind != "classifier":
+        model = encoder_of(model) if kind == "encoder" else Embedder(model.config, HeadConfig(pooling="mean")).eval()
+    ids = [[2, 5, 7, 9, 3, 0], [2, 11, 3, 0, 0, 0]]
+    mask = [[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]]
+    types = [[0] * 6, [0, 0, 1, 0, 0, 0]]
+    with torch.no_grad():
+        want = model(torch.tensor(ids), torch.tensor(mask), torch.tensor(types))
+        for got in (model(ids, mask, types),
+                    model(np.array(ids, np.uint32), np.array(mask, bool), np.array(types, np.int32)),
+                    model(input_ids=tuple(map(tuple, ids)), attention_mask=np.array(mask, np.float32),
+                          token_type_ids=types)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_encode_refuses_one_string_for_a_list_of_texts(fault_kit):
