@@ -78,23 +78,10 @@ def test_a_new_option_enters_keys_only_when_set():
     """Config.added: runs cached before `ema` existed keep their keys; a run that sets it gets its own."""
     plain, averaged = FinetuneConfig(), FinetuneConfig(train=TrainConfig(ema=0.99))
     assert "ema" not in plain.key()["train"] and averaged.key()["train"]["ema"] == 0.99
-    assert plain.key()["train"] == {k: v for k, v in plain.to_dict()["train"].items()  # device, precision:
-                                    if k not in ("ema", "decay_steps", "device", "precision")}  # test_device_placement
+    assert plain.key()["train"] == {k: v for k, v in plain.to_dict()["train"].items()
+                                    if k not in ("ema", "device", "precision")}  # the last two: test_device_placement
     with pytest.raises(EdgebertError, match="TrainConfig.ema is a decay"):
         TrainConfig(ema=1.0)
-
-
-def test_decay_steps_stops_training_mid_decay():
-    """The shared SST-2 teacher's schedule: warm up, then decay linearly toward 0 at `decay_steps`, stopping at
-    `steps` with the rate still above 0. Its key holds the option only when set."""
-    from edgebert.passes.train import _schedule
-
-    plain, mid = TrainConfig(steps=100, warmup=10), TrainConfig(steps=100, warmup=10, decay_steps=190)
-    assert _schedule(plain)(99) == pytest.approx(1 / 90) and _schedule(mid)(99) == pytest.approx(91 / 180)
-    assert _schedule(mid)(5) == _schedule(plain)(5) == pytest.approx(0.6)
-    assert "decay_steps" not in plain.key() and mid.key()["decay_steps"] == 190
-    with pytest.raises(EdgebertError, match="decay_steps 50 is under steps 100"):
-        TrainConfig(steps=100, decay_steps=50)
 
 
 @pytest.mark.parametrize("ema", [0.0, 0.9])

@@ -50,16 +50,13 @@ from ..stats import flops, nbytes, params
 class TrainConfig(Config):
     """Optimisation and bookkeeping shared by every pass. `steps` counts global batches."""
 
-    added = ("ema", "decay_steps")
+    added = ("ema",)
 
     steps: int = 1000
     batch_size: int = 32
     lr: float = 5e-5
     weight_decay: float = 0.01  # not applied to biases and LayerNorm weights
     warmup: float = 0.06  # a fraction of `steps` when < 1, else a step count
-    # where the linear decay would reach 0; 0 = at `steps`. Longer stops training mid-decay: such a checkpoint
-    # makes a better teacher to prune and distil from than one annealed to 0 (the shared SST-2 teacher's recipe)
-    decay_steps: int = 0
     clip: float = 1.0  # global gradient-norm clip; 0 = off
     eval_every: int = 0  # evaluate (and keep the best) every N steps; 0 = only at the end
     save_every: int = 200  # write resumable state every N steps
@@ -79,9 +76,6 @@ class TrainConfig(Config):
                 raise EdgebertError(f"TrainConfig.{name} must be at least 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise EdgebertError(f"TrainConfig.lr must be positive, got {self.lr}")
-        if self.decay_steps and self.decay_steps < self.steps:
-            raise EdgebertError(f"TrainConfig.decay_steps {self.decay_steps} is under steps {self.steps}: give 0 "
-                                "(decay to 0 at the last step) or a step count at least steps")
         if not 0 <= self.ema < 1:
             raise EdgebertError(f"TrainConfig.ema is a decay in [0, 1) (0 = off; 0.999 is usual), got {self.ema}")
         check_device(self.device)
@@ -435,12 +429,11 @@ def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
 
 def _schedule(config: TrainConfig) -> Callable[[int], float]:
     warmup = int(config.warmup * config.steps) if config.warmup < 1 else int(config.warmup)
-    end = config.decay_steps or config.steps
 
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
-        return max(0.0, (end - step) / max(1, end - warmup))
+        return max(0.0, (config.steps - step) / max(1, config.steps - warmup))
 
     return factor
 
