@@ -181,20 +181,10 @@ def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxE
     return {"optimization": "basic", "fusion_fallback": reason}
 
 
-def trim_padding(src: Path, dst: Path, spec: InputSpec) -> bool:
-    """Write `src` to `dst` with every input sliced to the last column any row's attention mask marks,
-    before the encoder reads it.
-
-    Masked positions never reach a real token's attention, and an output without a sequence axis (a
-    classifier's [CLS] logits, a pooled embedding) is read from real tokens only, so the result is the
-    result at the real length, at its cost. Per-token outputs keep every column: False, nothing written."""
-    import onnx
+def trim_nodes(names) -> list:
+    """Nodes that slice each input in `names` (with `attention_mask` among them) to the last column any row's mask
+    marks, as TRIM + name; TRIM + "end" is that length ([1], at least 1)."""
     from onnx import TensorProto, helper
-
-    model = onnx.load(str(src))
-    graph = model.graph
-    if "attention_mask" not in spec.names or len(graph.output[0].type.tensor_type.shape.dim) != 2:
-        return False
 
     def const(name: str, values: list[int], dims: list[int] | None = None):
         tensor = helper.make_tensor(name, TensorProto.INT64, [len(values)] if dims is None else dims, values)
@@ -215,13 +205,27 @@ def trim_padding(src: Path, dst: Path, spec: InputSpec) -> bool:
         const(p + "start", [0]),
         const(p + "axes", [1]),
     ]
-    for name in spec.names:
-        nodes.append(helper.make_node("Slice", [name, p + "start", p + "end", p + "axes"], [p + name]))
+    return nodes + [helper.make_node("Slice", [name, p + "start", p + "end", p + "axes"], [p + name]) for name in names]
+
+
+def trim_padding(src: Path, dst: Path, spec: InputSpec) -> bool:
+    """Write `src` to `dst` with every input sliced to the last column any row's attention mask marks,
+    before the encoder reads it.
+
+    Masked positions never reach a real token's attention, and an output without a sequence axis (a
+    classifier's [CLS] logits, a pooled embedding) is read from real tokens only, so the result is the
+    result at the real length, at its cost. Per-token outputs keep every column: False, nothing written."""
+    import onnx
+
+    model = onnx.load(str(src))
+    graph = model.graph
+    if "attention_mask" not in spec.names or len(graph.output[0].type.tensor_type.shape.dim) != 2:
+        return False
     for node in graph.node:
         for i, name in enumerate(node.input):
             if name in spec.names:
-                node.input[i] = p + name
-    nodes += list(graph.node)
+                node.input[i] = TRIM + name
+    nodes = trim_nodes(spec.names) + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
     onnx.checker.check_model(model)
@@ -229,11 +233,28 @@ def trim_padding(src: Path, dst: Path, spec: InputSpec) -> bool:
     return True
 
 
+def graphs(graph):
+    """An ONNX graph and every graph inside it (Scan, Loop and If bodies), depth first."""
+    import onnx
+
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for inner in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
+                yield from graphs(inner)
+
+
+def all_nodes(graph):
+    """Every node of an ONNX graph, the ones inside its loops and branches included."""
+    return (node for g in graphs(graph) for node in g.node)
+
+
 def trims_padding(path: str | Path) -> bool:
     """Whether an ONNX file slices its inputs to the real length first (`trim_padding`)."""
     import onnx
 
-    return any(o.startswith(TRIM) for n in onnx.load(str(path), load_external_data=False).graph.node for o in n.output)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return any(o.startswith(TRIM) for n in all_nodes(graph) for o in n.output)
 
 
 def _trimmed(path: Path, trimmed: Path, model: nn.Module, spec: InputSpec, config: OnnxExportConfig) -> bool | str:
@@ -272,14 +293,15 @@ def export_onnx(model: nn.Module, config: OnnxExportConfig, spec: InputSpec, out
 
 
 def onnx_io(path: Path) -> dict:
-    """Input and output names, dtypes and (symbolic) shapes, and the ops with their counts (domain-qualified
-    when not the ONNX standard's), read from the graph."""
+    """Input and output names, dtypes and (symbolic) shapes, the ops with their counts (domain-qualified when
+    not the ONNX standard's), read from the graph, its loop bodies included, and the share of its nodes the
+    NPU execution providers would take (`provider_fit`)."""
     import onnx
     from onnx import helper
 
     path = Path(path)
     model = onnx.load(str(path), load_external_data=False)
-    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for g in graphs(model.graph) for t in g.initializer):
         raise EdgebertError(f"{path.name} keeps weights in external data files: "
                             "export a self-contained .onnx (< 2 GiB)")
     weights = {t.name for t in model.graph.initializer}
@@ -290,9 +312,36 @@ def onnx_io(path: Path) -> dict:
                                    else None for d in v.type.tensor_type.shape.dim]} for v in values}
 
     ops = Counter(f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
-                  for n in model.graph.node)  # a reduced-operator ONNX Runtime build must keep each
+                  for n in all_nodes(model.graph))  # a reduced-operator ONNX Runtime build must keep each
     return {"format": "onnx", "inputs": tensors(v for v in model.graph.input if v.name not in weights),
-            "outputs": tensors(model.graph.output), "ops": dict(sorted(ops.items()))}
+            "outputs": tensors(model.graph.output), "ops": dict(sorted(ops.items())),
+            "accelerators": provider_fit(model)}
+
+
+# Execution providers whose op coverage ONNX Runtime's own mobile usability checker knows offline (the lists
+# of supported ops it ships); QNN's is not among them.
+PROVIDER_CHECKS = {"nnapi": lambda checker, model: checker.check_nnapi_partitions(model, False),
+                   "coreml": lambda checker, model: checker.check_coreml_partitions(
+                       model, False, "coreml_supported_mlprogram_ops.md")}
+QNN_OFFLINE = ("ONNX Runtime cannot tell offline: QNN's op support depends on the Qualcomm SoC and the QNN SDK; "
+               "run it there with --provider qnn")
+
+
+def provider_fit(model) -> dict:
+    """{"nnapi"/"coreml": {"nodes", "taken", "fraction", "partitions", "cpu_ops"}, "qnn": why not, "how"}: the
+    nodes of every graph of an ONNX model (loop bodies included) each provider supports by op type, per ONNX
+    Runtime's `onnxruntime.tools.mobile_helpers`, and the ops it leaves to the CPU. Shapes are not held against
+    a node: NNAPI also needs fixed input shapes (`python -m onnxruntime.tools.make_dynamic_shape_fixed`)."""
+    from onnxruntime.tools.mobile_helpers import usability_checker as checker
+
+    report = {}
+    for name, check in PROVIDER_CHECKS.items():
+        info = check(checker, model)
+        report[name] = {"nodes": info.num_nodes, "taken": info.num_supported_nodes,
+                        "fraction": round(info.num_supported_nodes / max(info.num_nodes, 1), 4),
+                        "partitions": info.num_partitions, "cpu_ops": sorted(info.unsupported_ops)}
+    return {**report, "qnn": QNN_OFFLINE,
+            "how": "by op type, shapes aside, from onnxruntime.tools.mobile_helpers' lists of supported ops"}
 
 
 ONNX = formats.register(formats.Format(runtime="onnxruntime", config=OnnxExportConfig, exporter=export_onnx,

@@ -617,16 +617,10 @@ def text_io(path: Path) -> dict:
     io = onnx_io(path)
     model = onnx.load(str(path), load_external_data=False)
     meta = json.loads(next(p.value for p in model.metadata_props if p.key == META))
-    ops = dict(io["ops"])
-    for node in model.graph.node:
-        for attr in node.attribute:
-            for inner in attr.g.node if attr.type == onnx.AttributeProto.GRAPH else ():
-                op = inner.op_type if inner.domain in ("", "ai.onnx") else f"{inner.domain}.{inner.op_type}"
-                ops[op] = ops.get(op, 0) + 1
     for tensors in (io["inputs"], io["outputs"]):
         for tensor in tensors.values():
             tensor["dtype"] = "string" if tensor["dtype"] == "object" else tensor["dtype"]
-    return {**io, "format": "onnx-text", "ops": dict(sorted(ops.items())), "max_length": meta["max_length"],
+    return {**io, "format": "onnx-text", "max_length": meta["max_length"],
             "custom_ops": {"domain": EXTENSIONS, "package": "onnxruntime-extensions"},
             "load": "onnxruntime with onnxruntime-extensions' custom ops: SessionOptions()."
                     "register_custom_ops_library(onnxruntime_extensions.get_library_path())",

@@ -88,12 +88,15 @@ class DynamicInt8Config(Config):
     """INT8 weights, activations quantized at run time (ORT dynamic; TFLite dynamic-range).
 
     target (default: this machine): "x86" (U8 activations/S8 weights, reduce_range for CPUs without
-    VNNI), "x86-vnni", or "arm" (S8/S8), following ONNX Runtime's guidance."""
+    VNNI), "x86-vnni", or "arm" (S8/S8), following ONNX Runtime's guidance.
+    by_row (ONNX): run each batch row alone at its own length, so its answer does not depend on the batch or the
+    padding (`onnx_ptq.by_row`); False keeps ORT's ranges over the whole batch tensor, as Optimum's file does."""
 
     per_channel: bool = True
     target: Target = field(default_factory=host_target)
     int8_embeddings: bool = True
     int4_embeddings: Int4EmbeddingsConfig | None = None  # block-wise INT4 word table instead of INT8
+    by_row: bool = True
 
     def __post_init__(self):
         _check_int4(self)

@@ -7,6 +7,7 @@ static part are quantized dynamically instead of staying FP32, so the weights ar
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import tempfile
@@ -18,6 +19,7 @@ from onnx import helper, numpy_helper
 
 from edgebert.errors import EdgebertError
 from edgebert.device_tests.backends import batches
+from edgebert.export.onnx import TRIM, all_nodes, trim_nodes
 
 FUSED_OPS = {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu", "FastGelu"}
 
@@ -352,7 +354,7 @@ def int4_report(float_model: onnx.ModelProto, model: onnx.ModelProto) -> dict[st
     floats = {i.name: i for i in float_model.graph.initializer}
     inits = {i.name: i for i in model.graph.initializer}
     report = {}
-    for n in model.graph.node:
+    for n in all_nodes(model.graph):
         if n.op_type != "GatherBlockQuantized":
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
@@ -401,3 +403,77 @@ def embed_int8(src: Path, dst: Path, *, min_rows: int) -> dict:
         raise EdgebertError(f"no embedding table with >= {min_rows} rows found: lower Int8EmbeddingsConfig(min_rows=...)")
     onnx.save(model, str(dst))
     return {"int8_embeddings": tables}
+
+
+ROW = "edgebert_row/"
+DYNAMIC_OPS = {"DynamicQuantizeLinear", "DynamicQuantizeMatMul"}  # ranges taken at run time, over the tensor
+
+
+def by_row_file(path: Path) -> bool:
+    """`by_row` on the file at `path`, in place, where it quantizes activations at run time: whether it did.
+    Static scales (QDQ) and float files give a row the same answer in any batch already."""
+    model = onnx.load(str(path))
+    if not any(n.op_type in DYNAMIC_OPS for n in model.graph.node):
+        return False
+    by_row(model)
+    onnx.save(model, str(path))
+    return True
+
+
+def by_row(model: onnx.ModelProto) -> None:
+    """Give every batch row what it gets alone at its own length, in place: the graph becomes the body of a Scan
+    over the batch rows.
+
+    Dynamic INT8 takes each activation's range over the whole tensor, so without this a row's answer depends on
+    the other rows of its batch and on how far it is padded. A graph that does not already drop the padding
+    (`trim_padding`: one with per-token outputs) gets it here, per row, and its per-token outputs padded back
+    with zeros to the input's length. The weights move into the body: read from the outer graph instead, they
+    made batch 1 measurably slower in ONNX Runtime; inside, it runs as fast as the plain graph (bench/batch.py)."""
+    graph = model.graph
+    weights = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in weights]
+    names = [i.name for i in inputs]
+    outputs = [(o.name, o.type.tensor_type.elem_type, len(o.type.tensor_type.shape.dim)) for o in graph.output]
+    core = list(graph.node)
+    if "attention_mask" in names and not any(o.startswith(TRIM) for n in core for o in n.output):
+        core = _cut_rows(core, names, outputs)
+    answers = {name for name, *_ in outputs}
+    for n in core:  # a body may not reuse the outer graph's input and output names
+        n.input[:] = [ROW + "row/" + x if x in names or x in answers else x for x in n.input]
+        n.output[:] = [ROW + "row/" + x if x in answers else x for x in n.output]
+    axes = helper.make_node("Constant", [], [ROW + "axes"], value=numpy_helper.from_array(np.array([0]), ROW + "axes"))
+    rows = [helper.make_node("Unsqueeze", [ROW + "in/" + x, ROW + "axes"], [ROW + "row/" + x]) for x in names]
+    answer = [helper.make_node("Squeeze", [ROW + "row/" + o, ROW + "axes"], [ROW + "out/" + o]) for o, *_ in outputs]
+    body = helper.make_graph(
+        [axes, *rows, *core, *answer],
+        "row", [helper.make_tensor_value_info(ROW + "in/" + i.name, i.type.tensor_type.elem_type, ["sequence"])
+                for i in inputs],
+        [helper.make_tensor_value_info(ROW + "out/" + name, dtype, None) for name, dtype, _ in outputs],
+        initializer=list(graph.initializer), value_info=list(graph.value_info))
+    scan = helper.make_node("Scan", names, [name for name, *_ in outputs], name=ROW + "scan", body=body,
+                            num_scan_inputs=len(names))
+    del graph.node[:], graph.initializer[:], graph.value_info[:]
+    graph.node.append(scan)
+
+
+def _cut_rows(core: list, inputs: list[str], outputs: list) -> list:
+    """`core` run on a batch-1 row cut to its length (`trim_nodes`), its per-token outputs padded back."""
+    for n in core:
+        n.input[:] = [TRIM + x if x in inputs else x for x in n.input]
+    cut = trim_nodes(inputs) + core
+    for name, _, rank in outputs:
+        if rank < 3:
+            continue
+        short, p = TRIM + "short/" + name, TRIM + "pad/" + name
+        for n in cut:
+            n.output[:] = [short if x == name else x for x in n.output]
+        cut += [helper.make_node("Shape", ["attention_mask"], [p + "padded"], start=1, end=2),
+                helper.make_node("Sub", [p + "padded", TRIM + "end"], [p + "missing"]),
+                helper.make_node("Constant", [], [p + "before"],
+                                 value=numpy_helper.from_array(np.zeros(rank + 1, dtype=np.int64), p + "before")),
+                helper.make_node("Constant", [], [p + "after"],
+                                 value=numpy_helper.from_array(np.zeros(rank - 2, dtype=np.int64), p + "after")),
+                # pads: every axis' start, then every axis' end; only the sequence axis (1) grows, at its end
+                helper.make_node("Concat", [p + "before", p + "missing", p + "after"], [p + "pads"], axis=0),
+                helper.make_node("Pad", [short, p + "pads"], [name])]
+    return cut

@@ -62,7 +62,8 @@ def onnx_dynamic(job: Job, config: DynamicInt8Config) -> dict:
         info = {"int8_embeddings": "QEmbedLayerNormalization", **fallback}
     else:
         info = {**_embed(job.out, config), **_int4_info(job, config)}
-    return {"method": "dynamic", "reduce_range": config.target == "x86", **info}
+    return {"method": "dynamic", "reduce_range": config.target == "x86", **info,
+            "by_row": config.by_row and onnx_ptq.by_row_file(job.out)}
 
 
 def _int4_info(job: Job, config) -> dict:
@@ -113,7 +114,7 @@ def onnx_static(job: Job, config: StaticInt8Config) -> dict:
     float_groups = {g for g in groups if g.split(":")[0] in config.exclude}
     _static_build(job, config, groups, cache)(float_groups, job.out)
     return {"method": f"static_qdq_{config.method}", "float": sorted(float_groups),
-            "reduce_range": config.target == "x86", **_embed_info(job, config)}
+            "reduce_range": config.target == "x86", **_embed_info(job, config), "by_row": onnx_ptq.by_row_file(job.out)}
 
 
 def _embed_info(job: Job, config) -> dict:
@@ -134,7 +135,7 @@ def onnx_mixed(job: Job, config: MixedPrecisionConfig) -> dict:
     return {"method": f"static_qdq_{config.method}+mixed", "float": found["float"],
             "float_means": "op kinds in FP32; linear:<layer> = that layer's linear layers in dynamic INT8",
             "sensitivity": found["sensitivity"], "search_result": found["result"], "budget": asdict(config.budget),
-            "reduce_range": config.target == "x86", **_embed_info(job, config)}
+            "reduce_range": config.target == "x86", **_embed_info(job, config), "by_row": onnx_ptq.by_row_file(job.out)}
 
 
 def _tflite_int4(job: Job, config) -> dict:

@@ -16,7 +16,7 @@ from edgebert.device_tests import backends, metrics, runtimes
 from edgebert.device_tests.evalset import task_entry
 from edgebert.export import Artifact, Budget, InputSpec, OnnxExportConfig, TFLiteExportConfig, export, formats, \
     load_arrays, torch_logits
-from edgebert.export.onnx import export_onnx, onnx_io
+from edgebert.export.onnx import all_nodes, export_onnx, onnx_io
 
 
 def tiny(**overrides):
@@ -231,3 +231,45 @@ def test_a_new_format_is_one_registration(tmp_path, monkeypatch):
     r = export(tiny(), Int32OnnxConfig(), out=tmp_path / "m.o32", eval_data=eval_arrays(), budget=Budget(max_abs_diff=1e-4))
     assert r.format is fmt and r.meta["input_dtype"] == "int32" and r.verification["agreement"] == 1.0
     assert fmt.io(r.path)["inputs"]["input_ids"] == {"dtype": "int32", "shape": ["batch", "sequence"]}
+
+
+def _graph(path, ops: list[str]):
+    """x [2, 4] through each op in turn (MatMul on a 4x4 weight, the rest elementwise), saved at `path`."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, last = [], "x"
+    for i, op in enumerate(ops):
+        inputs = [last, "w"] if op == "MatMul" else [last, last] if op == "Add" else [last]
+        domain = "com.microsoft" if op == "FastGelu" else ""
+        nodes.append(helper.make_node(op, inputs, [f"y{i}"], domain=domain))
+        last = f"y{i}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info(last, TensorProto.FLOAT, [2, 4])],
+                              initializer=[numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.microsoft", 1)]), str(path))
+    return path
+
+
+def test_the_contract_says_how_much_of_the_file_each_npu_provider_takes(tmp_path):
+    """By op type, ONNX Runtime's own lists: an op a provider lacks stays on the CPU and splits the graph."""
+    whole = onnx_io(_graph(tmp_path / "whole.onnx", ["MatMul", "Add", "Relu"]))["accelerators"]
+    assert whole["nnapi"] == {"nodes": 3, "taken": 3, "fraction": 1.0, "partitions": 1, "cpu_ops": []}
+    assert whole["coreml"]["fraction"] == 1.0 and "cannot tell offline" in whole["qnn"]
+    split = onnx_io(_graph(tmp_path / "split.onnx", ["MatMul", "FastGelu", "Relu"]))["accelerators"]
+    for provider in ("nnapi", "coreml"):
+        assert split[provider]["taken"] == 2 and split[provider]["partitions"] == 2
+        assert split[provider]["cpu_ops"] == ["com.microsoft:FastGelu"]
+
+
+def test_provider_fit_counts_the_nodes_inside_loops(tmp_path):
+    """A file whose graph is a Scan body (edgebert's dynamic INT8) is judged by the nodes inside it."""
+    from edgebert.quantize import DynamicInt8Config, quantize
+
+    model = build(EncoderConfig(vocab_size=50, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
+                                max_positions=16), HeadConfig()).eval()
+    fp32 = export(model, OnnxExportConfig(), out=tmp_path / "fp32.onnx").path
+    int8 = quantize(fp32, DynamicInt8Config(target="x86"), out=tmp_path / "int8.onnx").path
+    fit = onnx_io(int8)["accelerators"]["nnapi"]
+    assert fit["nodes"] == len([n for n in all_nodes(onnx.load(str(int8)).graph)])
+    assert "ai.onnx:Scan" in fit["cpu_ops"] and "ai.onnx:DynamicQuantizeLinear" in fit["cpu_ops"]

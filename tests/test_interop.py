@@ -13,7 +13,7 @@ import transformers
 from edgebert import EncoderConfig, HeadConfig, build, checkpoint, load, save_hf
 from edgebert.export import OnnxExportConfig, export
 from edgebert.pipeline.bundle import write_bundle
-from edgebert.quantize import DynamicInt8Config, quantize
+from edgebert.quantize import DynamicInt8Config, onnx_ptq, quantize
 
 from builders import sentences
 
@@ -76,6 +76,31 @@ def test_optimum_and_pipeline_run_the_bundle(bundle, student, tiny_tokenizer):
     np.testing.assert_allclose([g["score"] for g in got], probs.max(1), atol=1e-5)
 
 
+def test_pipeline_scores_do_not_depend_on_the_batch(student, tiny_tokenizer, tmp_path):
+    """Optimum's pipeline pads each batch to its longest text: edgebert's INT8 bundle scores a text the same at batch
+    1 and batch 8, where ORT's plain dynamic INT8 of the same float file does not."""
+    from optimum.onnxruntime import ORTModelForSequenceClassification
+
+    model, folder = student
+    fp32 = export(model, OnnxExportConfig(), out=tmp_path / "fp32.onnx").path
+    texts = sentences(24, seed=5)
+    scores = {}
+    for name in ("edgebert", "plain"):
+        int8 = tmp_path / f"{name}.onnx"
+        if name == "edgebert":
+            quantize(fp32, DynamicInt8Config(target="x86"), out=int8)
+        else:
+            onnx_ptq.dynamic(fp32, int8, target="x86", per_channel=True, embeddings=True)
+        bundle = write_bundle(tmp_path / name, models={"model.onnx": int8}, tokenizer_dir=folder, labels=LABELS,
+                              eval_arrays=_arrays(tiny_tokenizer, sentences(8), 16), manifest={"task": "sst2"},
+                              max_length=MAX_LENGTH, source_model=folder)
+        pipe = transformers.pipeline("text-classification", tokenizer=str(bundle),
+                                     model=ORTModelForSequenceClassification.from_pretrained(bundle))
+        scores[name] = [[(o["label"], o["score"]) for o in pipe(texts, batch_size=b)] for b in (1, 8)]
+    assert scores["edgebert"][0] == scores["edgebert"][1]
+    assert scores["plain"][0] != scores["plain"][1]
+
+
 def test_tokenizer_files_say_the_bundles_max_length(bundle):
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["inputs"]["max_length"] == MAX_LENGTH
@@ -126,22 +151,29 @@ def test_save_hf_refuses_heads_the_family_cannot_prune(tmp_path):
     assert not (tmp_path / "hf").exists()
 
 
-def test_manifest_says_which_files_padding_changes(tiny_classifier, tiny_arrays, tiny_tokenizer, tmp_path):
-    """Dynamic INT8 takes activation ranges over the padded tensor unless the file trims the padding first:
-    the manifest must say which, truthfully."""
+def test_manifest_says_which_files_padding_and_batching_change(tiny_classifier, tiny_arrays, tiny_tokenizer, tmp_path):
+    """ORT's plain dynamic INT8 takes activation ranges over the padded batch; edgebert's runs each row alone at its
+    length (with or without the export's padding trim): the manifest must say which, truthfully."""
     fp32 = export(tiny_classifier, OnnxExportConfig(trim_padding=False), out=tmp_path / "fp32.onnx").path
     int8 = quantize(fp32, DynamicInt8Config(target="x86"), out=tmp_path / "int8.onnx", eval_data=tiny_arrays).path
     trimmed = quantize(export(tiny_classifier, OnnxExportConfig(), out=tmp_path / "trimmed-fp32.onnx").path,
                        DynamicInt8Config(target="x86"), out=tmp_path / "trimmed.onnx").path
+    plain = tmp_path / "plain.onnx"  # what Optimum's quantizer writes
+    onnx_ptq.dynamic(fp32, plain, target="x86", per_channel=True, embeddings=True)
     tokenizer_dir = tmp_path / "tokenizer"
     tiny_tokenizer.save_pretrained(tokenizer_dir)
-    out = write_bundle(tmp_path / "b", models={"model.onnx": fp32, "int8.onnx": int8, "trimmed.onnx": trimmed},
+    out = write_bundle(tmp_path / "b", models={"model.onnx": fp32, "int8.onnx": int8, "trimmed.onnx": trimmed,
+                                               "plain.onnx": plain},
                        tokenizer_dir=tokenizer_dir, labels=LABELS, eval_arrays=tiny_arrays, manifest={}, max_length=32)
     files = json.loads((out / "manifest.json").read_text())["inputs"]["files"]
-    assert files["model.onnx"]["padding_invariant"] is True
-    assert files["trimmed.onnx"]["padding_invariant"] is True and files["trimmed.onnx"]["max_abs_diff"] == 0
-    assert files["int8.onnx"]["padding_invariant"] is False and files["int8.onnx"]["max_abs_diff"] > 0
-    assert files["int8.onnx"]["padded_to"] == 32 and files["int8.onnx"]["examples"] == len(tiny_arrays["lengths"])
+    for name in ("model.onnx", "int8.onnx", "trimmed.onnx"):
+        assert files[name]["padding_invariant"] is True and files[name]["batch_invariant"] is True, name
+    for name in ("int8.onnx", "trimmed.onnx"):
+        assert files[name]["max_abs_diff"] == 0 and files[name]["batch_max_abs_diff"] == 0
+    assert files["plain.onnx"]["padding_invariant"] is False and files["plain.onnx"]["max_abs_diff"] > 0
+    assert files["plain.onnx"]["batch_invariant"] is False and files["plain.onnx"]["batch_max_abs_diff"] > 0
+    assert files["plain.onnx"]["padded_to"] == 32 and files["plain.onnx"]["examples"] == len(tiny_arrays["lengths"])
+    assert files["plain.onnx"]["batch"] == 8
 
     def run(name, row, length):  # one example, padded to `length`, straight through onnxruntime
         session = ort.InferenceSession(str(out / name), providers=["CPUExecutionProvider"])
@@ -151,7 +183,7 @@ def test_manifest_says_which_files_padding_changes(tiny_classifier, tiny_arrays,
         return session.run(None, feed)[0]
 
     rows = range(len(tiny_arrays["lengths"]))
-    assert max(np.abs(run("int8.onnx", r, tiny_arrays["lengths"][r]) - run("int8.onnx", r, 32)).max()
-               for r in rows) == pytest.approx(files["int8.onnx"]["max_abs_diff"])
+    assert max(np.abs(run("plain.onnx", r, tiny_arrays["lengths"][r]) - run("plain.onnx", r, 32)).max()
+               for r in rows) == pytest.approx(files["plain.onnx"]["max_abs_diff"])
     assert all(np.abs(run("model.onnx", r, tiny_arrays["lengths"][r]) - run("model.onnx", r, 32)).max() < 1e-6
                for r in rows[:8])

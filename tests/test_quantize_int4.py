@@ -13,6 +13,7 @@ from edgebert.errors import EdgebertError
 from edgebert.model import embeddings
 from edgebert.passes.int4 import int4_grid
 from edgebert.export import Budget, OnnxExportConfig, TFLiteExportConfig, export
+from edgebert.export.onnx import all_nodes
 from edgebert.pipeline import compile as compiler
 from edgebert.pipeline import recipe as recipes
 from edgebert.pipeline.stages.quantize import QuantizeStageConfig
@@ -79,7 +80,7 @@ def test_onnx_int4_runs_smaller_than_int8_and_close_to_pytorch(model, data, tmp_
 def test_dynamic_int8_with_int4_table_unfuses_only_the_embedding(model, data, tmp_path):
     r = quantize(model, DynamicInt8Config(target="x86", int4_embeddings=Int4EmbeddingsConfig()),
                  out=tmp_path / "d4.onnx", eval_data=data, budget=CLOSE)
-    ops = {n.op_type for n in onnx.load(str(r.path)).graph.node}
+    ops = {n.op_type for n in all_nodes(onnx.load(str(r.path)).graph)}
     assert "GatherBlockQuantized" in ops and "EmbedLayerNormalization" not in ops
     assert "QAttention" in ops or "MatMulInteger" in ops  # the rest stays dynamic INT8
     d8 = quantize(model, DynamicInt8Config(target="x86"), out=tmp_path / "d8.onnx")
@@ -89,7 +90,7 @@ def test_dynamic_int8_with_int4_table_unfuses_only_the_embedding(model, data, tm
 def test_static_int8_with_int4_table(model, data, tmp_path):
     r = quantize(model, StaticInt8Config(samples=16, int4_embeddings=Int4EmbeddingsConfig()), out=tmp_path / "s.onnx",
                  calibration=data, eval_data=data, budget=Budget(max_abs_diff=0.5))
-    ops = [n.op_type for n in onnx.load(str(r.path)).graph.node]
+    ops = [n.op_type for n in all_nodes(onnx.load(str(r.path)).graph)]
     assert "GatherBlockQuantized" in ops and "DequantizeLinear" in ops
     assert r.meta["int8_embeddings"] == [] and r.meta["int4_embeddings"][WORD]["max_abs_error"] > 0
 
@@ -99,7 +100,7 @@ def test_fused_file_keeps_int8_tables_and_says_why(model, data, tmp_path):
     r = quantize(fused, DynamicInt8Config(int4_embeddings=Int4EmbeddingsConfig()), out=tmp_path / "d.onnx")
     assert r.meta["int8_embeddings"] == "QEmbedLayerNormalization" and r.meta["int4_embeddings"] == {}
     assert "fuse_embeddings=False" in r.meta["int4_fallback"]
-    assert "GatherBlockQuantized" not in {n.op_type for n in onnx.load(str(r.path)).graph.node}
+    assert "GatherBlockQuantized" not in {n.op_type for n in all_nodes(onnx.load(str(r.path)).graph)}
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +179,7 @@ bench = false
 """)
     bundle = compiler.compile(recipe, tmp_path / "out", data_dir=str(tiny_sst2))
     check = json.loads((bundle / "manifest.json").read_text())["verification"]["model.onnx"]
-    assert "GatherBlockQuantized" in {n.op_type for n in onnx.load(str(bundle / "model.onnx")).graph.node}
+    assert "GatherBlockQuantized" in {n.op_type for n in all_nodes(onnx.load(str(bundle / "model.onnx")).graph)}
     (report,) = check["meta"]["int4_embeddings"].values()
     assert report["rows"] == 30522 and report["bytes_after"] < report["bytes_before"] / 6
     assert check["verify"]["agreement"] > 0.9

@@ -10,13 +10,14 @@ from edgebert.device_tests import backends
 from edgebert.errors import EdgebertError
 from edgebert.config import Config
 from edgebert.export import Budget, OnnxExportConfig, export, formats
+from edgebert.export.onnx import all_nodes
 from edgebert.quantize import (DynamicInt8Config, Int4EmbeddingsConfig, Int8EmbeddingsConfig, MixedPrecisionConfig,
                                QATConfig, StaticInt8Config, quantize)
 from edgebert.quantize.config import KINDS
 from edgebert.quantize.passes import CALIBRATED
 from edgebert.quantize.onnx_ptq import classify
 
-from builders import QUANT_VOCAB as VOCAB
+from builders import QUANT_VOCAB as VOCAB, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def kinds(model, tmp_path_factory):
 
 
 def ops(path):
-    return [n.op_type for n in onnx.load(str(path)).graph.node]
+    return [n.op_type for n in all_nodes(onnx.load(str(path)).graph)]
 
 
 def test_dynamic_int8_gives_the_real_length_result_on_padded_rows(fused, data, tmp_path):
@@ -64,17 +65,56 @@ def test_dynamic_int8_close_and_smaller(fused, data, tmp_path):
     assert r.meta["reduce_range"] is True and r.verification["reference"] == "fp32.onnx"
 
 
-def test_dynamic_int8_verified_as_the_device_runs_it(fused, data, tmp_path):
-    """Verification runs batch 1 at each example's length, as the device harness does: a dynamic-INT8 file's
-    activation scales span the whole batch, so scored in batches of 32 it is not the file the device runs."""
-    from edgebert.device_tests import backends
+def _batch_diffs(path, data) -> list[float]:
+    """max |output − batch-1 output| at batch 8 and 32 cut to each batch's longest row, and at batch 32 padded to
+    the full width; per-token outputs on the real tokens only."""
+    loaded = backends.load(str(path), "onnxruntime", 1)
+    alone = backends.logits(loaded, data, batch_size=1)
+    padded = {**data, "lengths": np.full_like(data["lengths"], data["input_ids"].shape[1])}
+    real = data["attention_mask"].astype(bool) if alone.ndim == 3 else slice(None)
+    return [float(np.abs(backends.logits(loaded, d, batch_size=n)[real] - alone[real]).max())
+            for n, d in ((8, data), (32, data), (32, padded))]
 
+
+def test_dynamic_int8_answers_a_row_the_same_in_any_batch(fused, data, tmp_path):
+    """Dynamic INT8 takes its activation ranges at run time over the whole tensor; edgebert's file runs each row
+    alone at its own length (`by_row`), so batch 8 or 32, padded or not, gives batch 1's outputs to the bit,
+    where `by_row=False` (ORT's ranges over the whole batch, as Optimum's file has them) does not. Verification
+    scores that."""
     r = quantize(fused, DynamicInt8Config(target="x86"), out=tmp_path / "q.onnx", eval_data=data)
+    assert r.meta["by_row"] is True and ops(r.path).count("Scan") == 1
+    plain = quantize(fused, DynamicInt8Config(target="x86", by_row=False), out=tmp_path / "plain.onnx").path
+    assert plain.stat().st_size == pytest.approx(r.path.stat().st_size, rel=0.01) and "Scan" not in ops(plain)
+    assert _batch_diffs(r.path, data) == [0.0, 0.0, 0.0]
+    assert min(_batch_diffs(plain, data)) > 1e-6  # the batch really moves a plain dynamic-INT8 file
+    loaded = backends.load(str(plain), "onnxruntime", 1)
+    np.testing.assert_array_equal(backends.logits(loaded, data, batch_size=1),  # and alone, nothing changed
+                                  backends.logits(backends.load(str(r.path), "onnxruntime", 1), data, batch_size=1))
     reference = formats.of_file(fused).run(fused, data)
-    loaded = backends.load(str(r.path), "onnxruntime", 1)
-    alone, batched = (np.abs(backends.logits(loaded, data, batch_size=n) - reference).max() for n in (1, 32))
-    assert r.verification["max_abs_diff"] == pytest.approx(alone, abs=1e-7)
-    assert abs(batched - alone) > 1e-6  # the batch really changes a dynamic-INT8 file's outputs
+    alone = backends.logits(loaded, data, batch_size=1)
+    assert r.verification["max_abs_diff"] == pytest.approx(np.abs(alone - reference).max(), abs=1e-7)
+
+
+@pytest.mark.parametrize("kind,num_labels", [("token-classification", 3), ("sequence-classification", 1),
+                                              ("embedding", 2)])
+def test_by_row_keeps_every_head_batch_invariant(kind, num_labels, data, tmp_path):
+    """NER, regression and embeddings too. Per-token outputs come back padded to the batch's length, zeros past
+    a row's own."""
+    model = tiny_model(kind, num_labels=num_labels)
+    data = {**data, "input_ids": data["input_ids"] % 20}
+    f = export(model.eval(), OnnxExportConfig(), out=tmp_path / "fp32.onnx").path
+    r = quantize(f, DynamicInt8Config(target="x86"), out=tmp_path / "q.onnx")
+    assert r.meta["by_row"] is True and _batch_diffs(r.path, data) == [0.0, 0.0, 0.0]
+    out = backends.load(str(r.path), "onnxruntime", 1).run({k: data[k] for k in ("input_ids", "attention_mask",
+                                                                                  "token_type_ids")})
+    if kind == "token-classification":
+        assert out.shape == (32, 16, 3) and not out[~data["attention_mask"].astype(bool)].any()
+
+
+def test_static_int8_is_left_as_it_is(model, data, tmp_path):
+    """Static scales do not depend on the batch: no Scan where every linear layer is QDQ."""
+    r = quantize(model, StaticInt8Config(samples=16, exclude=()), out=tmp_path / "s.onnx", calibration=data)
+    assert "Scan" not in ops(r.path) and _batch_diffs(r.path, data)[0] < 1e-5
 
 
 def test_int8_embeddings_gather_on_int8_table(model, data, tmp_path):

@@ -139,6 +139,18 @@ def test_files_show_tail_latency_load_time_memory_and_agreement(bundle):
         assert len(bench["latency_runs_ms"]) == 50  # the harness returns every timed run
 
 
+def test_npu_providers_share_of_each_onnx_file_is_shown(bundle):
+    manifest = read_bundle(bundle)
+    page = _Tables((bundle / "report.html").read_text())
+    rows = page.tables["providers"]
+    onnx_files = [n for n in manifest["inputs"]["files"] if n.endswith(".onnx")]
+    assert [(r[0], r[1]) for r in rows[1:]] == [(n, p) for n in onnx_files for p in ("NNAPI", "CoreML")]
+    for row in rows[1:]:
+        fit = manifest["inputs"]["files"][row[0]]["accelerators"][row[1].lower()]
+        assert row[2] == f"{fit['fraction']:.0%} ({fit['taken']} of {fit['nodes']})" and 0 < fit["taken"] <= fit["nodes"]
+        assert row[4] == ", ".join(fit["cpu_ops"])
+
+
 def test_profile_confusion_matrix_machine_and_versions(bundle):
     manifest = read_bundle(bundle)
     page = _Tables((bundle / "report.html").read_text())

@@ -155,6 +155,22 @@ def test_the_page_tokenizes_and_classifies_as_python_does(web_app, tiny_web):
     assert check["max_abs_diff"] <= check["tolerance"]
 
 
+def test_the_page_runs_edgebert_int8_one_row_at_a_time(web_app, tiny_web, tmp_path):
+    """A dynamic-INT8 file as edgebert writes it (a Scan over the batch rows, ORT's integer contrib ops inside)
+    loads in onnxruntime-web and gives Python's labels and first-run check."""
+    from edgebert.quantize import DynamicInt8Config, quantize
+
+    folder = tmp_path / "bundle"
+    shutil.copytree(tiny_web, folder)
+    (folder / "golden.json").unlink()
+    int8 = quantize(tiny_web / "model.onnx", DynamicInt8Config(target="x86"), out=tmp_path / "int8.onnx")
+    assert int8.meta["by_row"] is True
+    shutil.copy(int8.path, folder / "model.onnx")
+    _finish(folder)
+    found = _agree(folder, TEXTS)
+    assert found["ids"] == found["labels"] == found["n"] and found["page"]["check"]["passed"] is True
+
+
 def test_the_demo_checks_the_bundle_and_classifies_on_load(web_app, tiny_web, tmp_path):
     """index.html as a person opens it (Chromium's --dump-dom, once the page is idle): the check's verdict
     and the sample text's label."""

@@ -261,10 +261,17 @@ def _contract(record: dict) -> dict:
         for i, (key, graph) in enumerate(graphs):
             ops = ", ".join(f"{op} ×{n}" for op, n in io.get("ops", {}).items()) if i == 0 else ""
             rows.append([name, io["format"], key, _tensors(graph["inputs"]), _tensors(graph["outputs"]), ops])
+    providers = [[name, provider.upper() if provider != "coreml" else "CoreML",
+                  f"{fit['fraction']:.0%} ({fit['taken']} of {fit['nodes']})", fit["partitions"],
+                  ", ".join(fit["cpu_ops"])]
+                 for name, io in inputs.get("files", {}).items()
+                 for provider, fit in io.get("accelerators", {}).items() if isinstance(fit, dict)]
     return {"names": ", ".join(inputs.get("names", [])), "single": str(tok.get("single_template")),
             "pair": str(tok.get("pair_template")),
             "special": ", ".join(f"{v['token']}={v['id']}" for v in tok.get("special_tokens", {}).values()),
-            "rows": rows}
+            "rows": rows, "providers": providers,
+            "qnn": next((io["accelerators"]["qnn"] for io in inputs.get("files", {}).values() if "accelerators" in io),
+                        None)}
 
 
 def _tensors(tensors: dict) -> str:
