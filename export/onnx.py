@@ -249,12 +249,16 @@ def all_nodes(graph):
     return (node for g in graphs(graph) for node in g.node)
 
 
+def trims(graph) -> bool:
+    """Whether an ONNX graph slices its inputs to the real length first (`trim_padding`)."""
+    return any(o.startswith(TRIM) for n in all_nodes(graph) for o in n.output)
+
+
 def trims_padding(path: str | Path) -> bool:
-    """Whether an ONNX file slices its inputs to the real length first (`trim_padding`)."""
+    """Whether an ONNX file does (`trims`)."""
     import onnx
 
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return any(o.startswith(TRIM) for n in all_nodes(graph) for o in n.output)
+    return trims(onnx.load(str(path), load_external_data=False).graph)
 
 
 def _trimmed(path: Path, trimmed: Path, model: nn.Module, spec: InputSpec, config: OnnxExportConfig) -> bool | str:

@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 
 from edgebert.errors import EdgebertError
 from edgebert.device_tests.backends import batches
-from edgebert.export.onnx import TRIM, all_nodes, trim_nodes
+from edgebert.export.onnx import TRIM, all_nodes, trim_nodes, trims
 
 FUSED_OPS = {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu", "FastGelu"}
 
@@ -435,7 +435,7 @@ def by_row(model: onnx.ModelProto) -> None:
     names = [i.name for i in inputs]
     outputs = [(o.name, o.type.tensor_type.elem_type, len(o.type.tensor_type.shape.dim)) for o in graph.output]
     core = list(graph.node)
-    if "attention_mask" in names and not any(o.startswith(TRIM) for n in core for o in n.output):
+    if "attention_mask" in names and not trims(graph):
         core = _cut_rows(core, names, outputs)
     answers = {name for name, *_ in outputs}
     for n in core:  # a body may not reuse the outer graph's input and output names
