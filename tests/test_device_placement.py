@@ -19,10 +19,12 @@ RECIPES = Path(recipes.__file__).parents[1] / "recipes"
 
 
 @pytest.mark.skipif(GPU, reason="auto takes the GPU here")
-def test_auto_is_the_cpu_in_fp32_on_a_machine_without_a_gpu():
-    assert Accelerator.resolve() == (CPU, "fp32")
+def test_auto_is_the_cpu_in_bf16_where_it_has_amx_else_fp32_on_a_machine_without_a_gpu():
+    native = "bf16" if "amx_bf16" in Path("/proc/cpuinfo").read_text().split() else "fp32"
+    assert Accelerator.resolve() == (CPU, native)
     accelerator = Accelerator.current(TrainConfig())
-    assert (accelerator.device, accelerator.precision) == (CPU, "fp32")
+    assert (accelerator.device, accelerator.precision) == (CPU, native)
+    assert Accelerator.resolve("cpu", "fp32") == (CPU, "fp32")  # asked for, on any CPU
 
 
 @pytest.mark.skipif(GPU, reason="this machine has a GPU")
@@ -78,18 +80,20 @@ def test_keys_hold_the_precision_when_it_is_not_fp32_and_never_the_device():
     assert "device" not in plain and "precision" not in plain  # as before these options existed
     assert key(device="cuda:1", precision="fp32") == plain  # a CUDA fp32 run resumes a CPU fp32 run's stages
     assert key(precision="bf16") == {**plain, "precision": "bf16"}
-    if not GPU:
-        assert FinetuneConfig().key()["train"] == plain  # auto is fp32 here
+    if not GPU:  # auto is this CPU's: bf16 with AMX, else fp32
+        assert FinetuneConfig().key()["train"] == key(precision=Accelerator.resolve()[1])
 
 
 def test_the_recipe_trains_where_the_flags_say_and_keeps_its_keys_when_they_change_nothing():
     recipe = recipes.load(RECIPES / "sst2-minilm.toml")
     keys = {name: STAGES.get(name).cache_key(recipe) for name in recipe.stages}
-    assert {name: STAGES.get(name).cache_key(recipes.with_device(recipe, "cpu", "fp32")) for name in recipe.stages} \
+    native = Accelerator.resolve("cpu")[1]  # what auto is on this CPU
+    assert {name: STAGES.get(name).cache_key(recipes.with_device(recipe, "cpu", native)) for name in recipe.stages} \
         == keys
-    bf16 = recipes.with_device(recipe, "cpu", "bf16")
-    assert bf16.stage("prune").recovery.train.precision == "bf16"  # however deep the training options are
-    changed = {name for name in recipe.stages if STAGES.get(name).cache_key(bf16) != keys[name]}
+    other = "fp32" if native == "bf16" else "bf16"
+    moved = recipes.with_device(recipe, "cpu", other)
+    assert moved.stage("prune").recovery.train.precision == other  # however deep the training options are
+    changed = {name for name in recipe.stages if STAGES.get(name).cache_key(moved) != keys[name]}
     assert changed == {name for name in recipe.stages if STAGES.get(name).trains}
 
 

@@ -207,3 +207,22 @@ def test_the_recovery_shows_its_progress_as_prune(capsys, tmp_path):
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("edgebert: ")]
     assert lines and all(line.startswith(("edgebert: prune: ", "edgebert: teacher cache: ")) for line in lines)
     assert any(line.startswith("edgebert: prune: 4/4 (100%)") for line in lines)
+
+
+def test_layerwise_recovery_matches_each_surviving_layer_to_the_one_it_was(tmp_path):
+    """Recovery from the unpruned model compares hidden states layer to layer: a kept layer's target is its
+    own former output (kept by importance), not an evenly spread teacher layer."""
+    from edgebert.passes.surgery import layer_choice
+
+    data = TaskData(tiny_data(64), tiny_data(16, seed=1))
+    train = TrainConfig(steps=2, batch_size=16, progress=False, eval_every=2)
+    cfg = PruneConfig(layers=2, sample_batches=2, batch_size=16,
+                      recovery=DistillConfig(train=train, hidden_weight=1.0))
+    scores = importance(tiny_model(), data.train, batches=2, batch_size=16, seed=cfg.seed + 1)
+    kept = layer_choice(tiny_model().config, 2, lambda j, i: float(scores.layers[i]))
+    assert kept != [1, 3]  # what an even spread over 4 layers would map 2 layers to: the test tells them apart
+    record = prune(tiny_model(), cfg, data, work_dir=tmp_path / "w").record
+    assert record.details["rounds"][0]["layer_map"] == {1: kept[0] + 1, 2: kept[1] + 1}
+    given = cfg.recovery.replace(layer_map={1: 2, 2: 4})  # a map the recipe gives is kept
+    record = prune(tiny_model(), cfg.replace(recovery=given), data, work_dir=tmp_path / "g").record
+    assert record.details["rounds"][0]["layer_map"] == {1: 2, 2: 4}

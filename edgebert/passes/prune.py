@@ -343,6 +343,16 @@ def _fractions(model: nn.Module, config: PruneConfig) -> dict:
     return {"heads": config.heads, "ffn": config.ffn}
 
 
+def _mapped(recovery: DistillConfig, config: PruneConfig, original: dict) -> DistillConfig:
+    """Recovery from the unpruned model matches each surviving layer's hidden states (and attention) to those of
+    the layer it was, not to an evenly spread one: what it computed before the cut is what it is closest to."""
+    layerwise = recovery.hidden_weight or recovery.attention_weight or recovery.value_weight
+    if not layerwise or recovery.layer_map is not None or config.recover_from != "unpruned" \
+            or "layers" not in original:  # a round saved before positions were kept: as it was trained
+        return recovery
+    return recovery.replace(layer_map={j + 1: i + 1 for j, i in enumerate(original["layers"])})
+
+
 def pruned_shape(model: nn.Module, config: PruneConfig) -> nn.Module:
     """A copy of `model` cut to the shape `prune` leaves, its units picked by no importance at all: what a
     compile's estimate times (pipeline.estimate), not a model to use."""
@@ -381,7 +391,9 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
     start_shape = _shape(model)
     work = Path(work_dir) if work_dir is not None else None
     fractions = _fractions(model, config)
-    original = {"heads": list(start_shape["heads"]), "ffn": list(start_shape["ffn"])}  # of the surviving layers
+    # the surviving layers' starting heads and neurons, and (`layers`) their starting positions
+    original = {"heads": list(start_shape["heads"]), "ffn": list(start_shape["ffn"]),
+                "layers": list(range(start_shape["layers"]))}
     metrics, wall, steps, rounds = {}, 0.0, 0, []
     recovery = config.recovery
     if recovery is not None and work is not None:  # one teacher, one cache for all rounds
@@ -403,10 +415,10 @@ def prune(model: nn.Module, config: PruneConfig, data: TaskData, *, teacher: nn.
             word.weight.data = int4_grid(word.weight, config.int4_words)
         round_wall, round_steps, chosen, ran_on = 0.0, 0, {}, {}
         if config.recovery is not None and config.recovery.train.steps:
-            rec = distill(model, recovery, data, teacher=teacher, work_dir=folder / "recovery" if folder else None,
-                          name="prune").record
+            rec = distill(model, _mapped(recovery, config, original), data, teacher=teacher,
+                          work_dir=folder / "recovery" if folder else None, name="prune").record
             metrics, round_wall, round_steps, ran_on = rec.metrics, rec.wall_s, rec.steps, rec.ran_on
-            chosen = {"validation": rec.details["validation"]} if "validation" in rec.details else {}
+            chosen = {k: rec.details[k] for k in ("validation", "layer_map") if k in rec.details}
         wall, steps = wall + round_wall, steps + round_steps
         rounds.append({"round": r, **_shape(model), "metrics": metrics, **chosen, **ran_on})
         if folder is not None:
