@@ -575,8 +575,8 @@ def run(args) -> dict:
         log(f"WARNING: load average {mach['load_average'][0]:.2f} > 1.5: other work is running; timings will be noisy")
     bundle = Path(args.bundle)
     if not (bundle / "manifest.json").is_file():
-        raise SystemExit(f"compare: no bundle at {bundle} (no manifest.json): run `edgebert compile --teacher "
-                         f"{args.teacher} --out {bundle.parent}` or pass --bundle")
+        raise SystemExit(f"compare: no bundle at {bundle} (no manifest.json): run `edgebert compile "
+                         f"edgebert/recipes/sst2-minilm-long.toml --teacher {args.teacher} --out {bundle.parent}` or pass --bundle")
     manifest = json.loads((bundle / "manifest.json").read_text())
 
     log("eval sets")

@@ -1,29 +1,29 @@
-"""bench/compile_cost.py without compiling: its cuts lead from the default to the fast recipe, and its table says
+"""bench/compile_cost.py without compiling: its cuts lead from the long recipe to the default, and its table says
 for every run what was typed, on which commit, and what the compile estimated."""
 
 from edgebert.pipeline import recipe as recipes
 
 
-def test_the_cuts_lead_from_the_default_to_the_fast_recipe(bench_scripts):
+def test_the_cuts_lead_from_the_long_recipe_to_the_default(bench_scripts):
     cost = bench_scripts.compile_cost
-    recipe = recipes.load(cost.ROOT / "edgebert" / "recipes" / "sst2-minilm.toml")
+    recipe = recipes.load(cost.ROOT / cost.LONG)
     for _, cut in cost.CUTS:
         before, recipe = recipe, cut(recipe)
         assert recipe != before  # each cut changes something
-    fast = recipes.load(cost.ROOT / cost.FAST)
-    assert recipe.stages == fast.stages and all(recipe.stage(s) == fast.stage(s) for s in fast.stages)
+    default = recipes.load(cost.ROOT / "edgebert" / "recipes" / "sst2-minilm.toml")
+    assert recipe.stages == default.stages and all(recipe.stage(s) == default.stage(s) for s in default.stages)
 
 
 def test_the_table_names_each_runs_command_commit_and_estimate(bench_scripts):
     cost = bench_scripts.compile_cost
-    run = {"command": "edgebert compile x.toml --out runs/cost/fast", "commit": "abc1234", "device": "cpu",
+    run = {"command": "edgebert compile --out runs/cost/default", "commit": "abc1234", "device": "cpu",
            "threads_or_gpus": 2, "precision": "fp32", "stage_seconds": {"finetune": 700.0, "prune": 800.0},
            "total_s": 1560.0, "estimate_s": 1500.0, "dev_accuracy": 89.5}
-    lines = cost.table({"machine": "a CPU", "runs": {"fast": run, "cuda": {"skipped": "no CUDA GPU", "commit": "abc"}},
-                        "cuts": [{"cut": "the default recipe", "estimate_s": 6000.0, "saved_s": None},
+    lines = cost.table({"machine": "a CPU", "runs": {"default": run, "cuda": {"skipped": "no CUDA GPU", "commit": "abc"}},
+                        "cuts": [{"cut": "the long recipe", "estimate_s": 6000.0, "saved_s": None},
                                  {"cut": "one try", "estimate_s": 3000.0, "saved_s": 3000.0}]})
     text = "\n".join(lines)
-    assert "| fast | `edgebert compile x.toml --out runs/cost/fast` | abc1234 | cpu | 2 | fp32 | finetune 700, " \
+    assert "| default | `edgebert compile --out runs/cost/default` | abc1234 | cpu | 2 | fp32 | finetune 700, " \
            "prune 800 | 26.0 min | 25.0 min | 89.50% |" in text
     assert "| cuda | | abc | | | | skipped: no CUDA GPU | | | |" in text
     assert "| one try | 50.0 min | 50.0 min |" in text

@@ -13,7 +13,7 @@ TEACHER = "../shared/models/minilm-l6-sst2"
 
 
 def _as_compiled(recovery):
-    """The default recipe as `edgebert compile --teacher TEACHER` reads it."""
+    """The long recipe as `edgebert compile edgebert/recipes/sst2-minilm-long.toml --teacher TEACHER` reads it."""
     return replace(recipes.load(recovery.RECIPE), teacher=TEACHER)
 
 

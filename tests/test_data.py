@@ -394,6 +394,11 @@ def test_collate_pads_dynamically_to_int64(tiny_tokenizer):
     assert batch["attention_mask"][0].tolist() == [1] * 6 + [0] * 4
     assert batch["input_ids"][0, 6:].tolist() == [tiny_tokenizer.pad_token_id] * 4
     assert batch["token_type_ids"][1].tolist() == [0] * 6 + [1] * 4
+    items = [*EncodedDataset(split, tiny_tokenizer, 16)]
+    rounded = PadCollator(tiny_tokenizer.pad_token_id, multiple=8)(items)  # 10 tokens: 16
+    assert rounded["input_ids"].shape == (2, 16) and rounded["attention_mask"][1].tolist() == [1] * 10 + [0] * 6
+    assert torch.equal(rounded["input_ids"][:, :10], batch["input_ids"])
+    assert PadCollator(tiny_tokenizer.pad_token_id, multiple=8, limit=12)(items)["input_ids"].shape == (2, 12)
 
 
 def test_bucketed_batches_are_reproducible_and_cover_every_example():

@@ -56,14 +56,18 @@ class TaskData:
 
 
 class PadCollator:
-    """Pads a list of items to the longest in the batch: int64 ids, mask, types and labels."""
+    """Pads a list of items to the longest in the batch (rounded up to a multiple of `multiple`, as Transformers'
+    pad_to_multiple_of does, at most `limit`): int64 ids, mask, types and labels."""
 
-    def __init__(self, pad_id: int, pad_token_type_id: int = 0):
+    def __init__(self, pad_id: int, pad_token_type_id: int = 0, multiple: int = 1, limit: int | None = None):
         self.pad_id, self.pad_token_type_id = pad_id, pad_token_type_id
+        self.multiple, self.limit = multiple, limit
 
     def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
         ids = [item["input_ids"] for item in items]
-        length = max(map(len, ids))
+        longest = max(map(len, ids))
+        rounded = -(-longest // self.multiple) * self.multiple
+        length = max(longest, min(rounded, self.limit)) if self.limit is not None else rounded
         batch = {
             "input_ids": torch.from_numpy(pad(ids, length, self.pad_id, np.int64)),
             "attention_mask": torch.from_numpy(
