@@ -119,9 +119,9 @@ def _replaced(options, fields: dict):
 # The last step must give the default as it is.
 CUTS = [
     ("one prune try, not two (seeds 42 and 43, the better on validation kept)", _cut(prune={"tries": 1})),
-    ("two word-swapped copies of the training text, not eight (the teacher labels a third as much)",
-     _cut(prune={"recovery": {"augment": {"copies": 2}}})),
-    ("8,000 recovery steps, not 25,200", _cut(prune={"recovery": {"train": {"steps": 8000, "eval_every": 1000}}})),
+    ("three word-swapped copies of the training text, not eight (the teacher labels less than half as much)",
+     _cut(prune={"recovery": {"augment": {"copies": 3}}})),
+    ("9,000 recovery steps, not 25,200", _cut(prune={"recovery": {"train": {"steps": 9000, "eval_every": 1000}}})),
     ("no distill stage: prune removes the 2 layers too, to the same shape (24 of 72 heads and 3,072 of 9,216 FFN "
      "neurons kept in 4 layers), recovering from the fine-tuned model it starts from",
      _cut(stages=["finetune", "prune", "vocab", "quantize", "export"],

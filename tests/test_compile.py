@@ -250,6 +250,7 @@ def test_stages_alone_are_the_stages_a_compile_reuses(finished, tiny_checkpoint,
 def test_prune_recovers_from_the_teacher_the_distill_stage_learned_from(tiny_checkpoint, tiny_sst2, tmp_path):
     from edgebert.passes import DistillConfig, PruneConfig, TeacherCache, TrainConfig
     from edgebert.pipeline.context import context, task_model
+    from edgebert.passes.train import Accelerator
 
     recovery = DistillConfig(train=TrainConfig(steps=2, batch_size=8, progress=False))
     prune = PruneConfig(heads=0.5, recover_from="teacher", sample_batches=1, batch_size=8, recovery=recovery)
@@ -259,7 +260,7 @@ def test_prune_recovers_from_the_teacher_the_distill_stage_learned_from(tiny_che
     finetuned, _, pruned = compiler.run_stages(recipe, out, data_dir=str(tiny_sst2))
     ctx = context(recipe, out, str(tiny_sst2))
     teacher = task_model(out / "stages" / finetuned.folder / "model", ctx.task)
-    cache = out / "work" / "teacher-cache" / TeacherCache.key(teacher, ctx.data.train, [])
+    cache = out / "work" / "teacher-cache" / TeacherCache.key(teacher, ctx.data.train, [], Accelerator.resolve()[1])
     assert (cache / "meta.json").is_file()  # recovery's labels are the fine-tuned model's, not the student's
     # one cache for the compile: distill labelled the same text with the same teacher, so prune built none
     assert [c.name for c in cache.parent.iterdir()] == [cache.name]

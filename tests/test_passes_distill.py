@@ -12,7 +12,7 @@ from edgebert.model import HeadConfig, build
 from edgebert.passes import DistillConfig, TeacherCache, TrainConfig, distill, mlm_accuracy, pretraining_data
 from edgebert.passes.distill import DistillObjective, cached_collate
 from edgebert.passes.student import default_layers, init_student, resolve_layer_map
-from edgebert.passes.train import collate
+from edgebert.passes.train import Accelerator, collate
 
 
 def config(**kw):
@@ -46,6 +46,18 @@ def test_cache_is_computed_once_and_reused(tmp_path):
     assert calls["n"] == computed  # the second student never ran the teacher
     assert first.details["teacher_cache"] == second.details["teacher_cache"]
     assert len(list((tmp_path / "cache").iterdir())) == 1
+
+
+def test_a_bf16_cache_is_its_own_and_labels_as_the_fp32_one_does(tmp_path):
+    teacher, data = tiny_model(), tiny_data(24)
+    fp32 = TeacherCache.build(teacher, data, [1, 2], tmp_path, progress=False)
+    bf16 = TeacherCache.build(teacher, data, [1, 2], tmp_path, progress=False, accelerator=Accelerator(precision="bf16"))
+    assert bf16.folder != fp32.folder  # a run at the other precision never reads these labels
+    logits, hidden = bf16.lookup(range(24), 32)
+    want_logits, want_hidden = fp32.lookup(range(24), 32)
+    assert logits.dtype == torch.float32 and torch.equal(logits.argmax(-1), want_logits.argmax(-1))
+    assert torch.allclose(logits, want_logits, atol=0.05) and torch.allclose(hidden[2], want_hidden[2], atol=0.1)
+    assert not torch.allclose(logits, want_logits, atol=0, rtol=0)  # it did run in bf16
 
 
 def test_cached_and_online_teacher_give_the_same_loss(tmp_path):

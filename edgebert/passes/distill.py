@@ -229,7 +229,7 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
         if not accelerator.main:  # under torchrun, rank 0 computes the cache and the others read it
             accelerator.barrier()
         cache = TeacherCache.build(teacher, train_data, hidden, root, progress=config.train.progress and
-                                   accelerator.main, device=accelerator.device)
+                                   accelerator.main, accelerator=accelerator)
         if accelerator.main:
             accelerator.barrier()
         collate_fn = cached_collate(student, cache)

@@ -1,6 +1,7 @@
 """The teacher cache: a teacher's logits and hidden states computed once per (teacher, data, layers),
-so every student epoch costs only the student. They are computed on the training device, in float32,
-and stored on disk; a lookup gives CPU tensors that travel to the device with their batch."""
+so every student epoch costs only the student. They are computed on the training device at its training
+precision (bf16 autocast on an AMX CPU, as the student trains there: labelling the copies of the text is most
+of a recovery's setup), and stored on disk; a lookup gives CPU tensors that travel to the device with their batch."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..errors import EdgebertError, disk_full
 from ..model import TaskModel, describe, encoder_of
 from ..progress import Progress
 from .capture import capture
-from .train import CPU, collate, device_of, place
+from .train import CPU, Accelerator, collate, place
 
 
 class TeacherCache:
@@ -39,8 +40,9 @@ class TeacherCache:
         self.hidden = {i: np.load(folder / f"hidden_{i}.npy", mmap_mode="r") for i in self.hidden_layers}
 
     @staticmethod
-    def key(teacher: nn.Module, dataset: Sequence, hidden: list[int]) -> str:
-        h = hashlib.sha256(json.dumps([describe(teacher), sorted(hidden)], sort_keys=True).encode())
+    def key(teacher: nn.Module, dataset: Sequence, hidden: list[int], precision: str = "fp32") -> str:
+        described = [describe(teacher), sorted(hidden)] + ([precision] if precision != "fp32" else [])
+        h = hashlib.sha256(json.dumps(described, sort_keys=True).encode())
         for name, tensor in sorted(teacher.state_dict().items()):
             h.update(name.encode())
             h.update(tensor.detach().contiguous().numpy().tobytes())
@@ -55,10 +57,10 @@ class TeacherCache:
     @classmethod
     @torch.no_grad()
     def build(cls, teacher: nn.Module, dataset: Sequence, hidden: list[int], root: Path, *,
-              batch_size: int = 128, progress: bool = True, device: torch.device = CPU) -> TeacherCache:
-        """Load the cache for (teacher, data, hidden layers) from `root`, computing it on `device` if absent (the
-        teacher is back on the CPU after)."""
-        folder = root / cls.key(teacher, dataset, hidden)
+              batch_size: int = 128, progress: bool = True, accelerator: Accelerator = Accelerator()) -> TeacherCache:
+        """Load the cache for (teacher, data, hidden layers, precision) from `root`, computing it on the
+        accelerator's device and precision if absent (the teacher is back on the CPU after)."""
+        folder = root / cls.key(teacher, dataset, hidden, accelerator.precision)
         if (folder / "meta.json").exists():
             return cls(folder)
         teacher.eval()
@@ -77,8 +79,8 @@ class TeacherCache:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            _fill(place(teacher, device), dataset, hidden, tmp, lengths, offsets, logit_offsets, width, token_logits,
-                  hidden_size, batch_size, progress)
+            _fill(accelerator.place(teacher), accelerator, dataset, hidden, tmp, lengths, offsets, logit_offsets,
+                  width, token_logits, hidden_size, batch_size, progress)
             os.replace(tmp, folder)
         except OSError as e:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -124,19 +126,18 @@ def _memmap(path: Path, dtype, shape: tuple[int, int]) -> np.memmap:
 
 
 @torch.no_grad()
-def _fill(teacher, dataset, hidden, tmp: Path, lengths, offsets, logit_offsets, width, token_logits, hidden_size,
-          batch_size, progress) -> None:
+def _fill(teacher, accelerator: Accelerator, dataset, hidden, tmp: Path, lengths, offsets, logit_offsets, width,
+          token_logits, hidden_size, batch_size, progress) -> None:
     logits = _memmap(tmp / "logits.npy", np.float32, (int(logit_offsets[-1]), width))
     states = {i: _memmap(tmp / f"hidden_{i}.npy", np.float16, (int(offsets[-1]), hidden_size)) for i in hidden}
     order = np.argsort(lengths, kind="stable")
-    device = device_of(teacher)
     shown = Progress(len(order), "teacher cache", enabled=progress)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size].tolist()
-        batch = place(collate(teacher, [dataset[i] for i in idx], idx), device)
-        with capture(teacher, set(hidden), set()) as captured:
+        batch = accelerator.place(collate(teacher, [dataset[i] for i in idx], idx))
+        with accelerator.autocast(), capture(teacher, set(hidden), set()) as captured:
             out = teacher(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        out, hidden_states = place((out, captured["hidden"]), CPU)
+        out, hidden_states = place((out.float(), {k: v.float() for k, v in captured["hidden"].items()}), CPU)
         for j, i in enumerate(idx):
             n = lengths[i]
             if width:

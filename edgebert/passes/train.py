@@ -379,9 +379,13 @@ class Accelerator:
         """fp16's gradient scaler (its small range underflows small gradients); a pass-through otherwise."""
         return torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
 
+    def autocast(self):
+        """The forward pass at this precision: autocast to bf16 or fp16, or as it is at fp32."""
+        return torch.autocast(self.device.type, dtype=AUTOCAST.get(self.precision), enabled=self.precision != "fp32")
+
     def loss(self, runner: nn.Module, batch: dict) -> torch.Tensor:
         """One batch's loss: the batch moved to the device, the forward pass under autocast, the loss in float32."""
-        with torch.autocast(self.device.type, dtype=AUTOCAST.get(self.precision), enabled=self.precision != "fp32"):
+        with self.autocast():
             return runner(self.place(batch)).float()
 
     def mean(self, value: torch.Tensor) -> torch.Tensor:

@@ -85,12 +85,15 @@ class _Timer:
             self.cache[key] = wall / (steps * config.batch_size)
         return self.cache[key]
 
-    def infer(self, model: nn.Module, device: str) -> float:
-        key = ("infer", _key(model), device)
+    def infer(self, model: nn.Module, device: str, precision: str = "fp32") -> float:
+        """Seconds per example in inference: at fp32 as evaluation runs, or at the training precision as the
+        teacher cache labels."""
+        accelerator = Accelerator.current(TrainConfig(device=device, precision=precision))
+        key = ("infer", _key(model), device, accelerator.precision)
         if key not in self.cache:
-            model = Accelerator.current(TrainConfig(device=device)).place(copy.deepcopy(model)).eval()
+            model = accelerator.place(copy.deepcopy(model)).eval()
             examples = self.batches(INFERRED // BATCH, BATCH)
-            with torch.inference_mode():
+            with torch.inference_mode(), accelerator.autocast():
                 predict(model, examples[:BATCH], batch_size=BATCH)
                 t0 = time.perf_counter()
                 predict(model, examples, batch_size=BATCH)
@@ -133,10 +136,11 @@ def estimate(ctx: Context, model_dir, teacher_dir, stages: list[str]) -> Estimat
         if work.train:
             seconds += work.train * timer.train(made, work.config)
             result.on = _where(Accelerator.current(work.config))
-        device = work.config.device if work.config is not None else "cpu"
+        device, precision = (work.config.device, work.config.precision) if work.config is not None else ("cpu", "fp32")
         if work.infer:
             seconds += work.infer * timer.infer(made, device)
-        labelled = work.teacher * timer.infer(teacher if teacher is not None else model, device) if work.teacher else 0
+        labeller = teacher if teacher is not None else model
+        labelled = work.teacher * timer.infer(labeller, device, precision) if work.teacher else 0
         result.stages[name] = round(labelled + tries * seconds, 2)
         model = made
     result.stages["bundle"] = BUNDLE_S
