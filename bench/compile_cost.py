@@ -128,6 +128,8 @@ CUTS = [
           prune={"layers": 2, "heads": 0.6667, "ffn": 0.6667, "recover_from": "unpruned"})),
     ("recovery also matches each surviving layer's hidden states to its own before the cut (costs time)",
      _cut(prune={"recovery": {"hidden_weight": 1.0}})),
+    ("the fine-tune keeps a moving average of its weights, the teacher it chooses (costs time)",
+     _cut(finetune={"train": {"ema": 0.999}})),
 ]
 
 
