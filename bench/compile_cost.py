@@ -7,7 +7,7 @@ compile itself: the manifest's `time` (the estimate said before the first stage 
 the whole compile took) and the dev accuracy of the bundle's model.onnx (its verification, on all 872 SST-2 dev
 sentences). The runs:
 - default: the full default, `edgebert compile` (no teacher given: it fine-tunes MiniLM first), the long
-  recipe's pipeline cut to under 30 minutes on 2 CPU cores;
+  recipe's pipeline cut to about 30 minutes on 2 CPU cores;
 - long: edgebert/recipes/sst2-minilm-long.toml, the default until issue 31 (hours on 2 CPU cores: not among the
   runs unless asked for);
 - torchrun: `torchrun --standalone --nproc-per-node 2 -m edgebert compile --quick` (gloo, one bundle), and quick:
