@@ -576,7 +576,8 @@ def run(args) -> dict:
     bundle = Path(args.bundle)
     if not (bundle / "manifest.json").is_file():
         raise SystemExit(f"compare: no bundle at {bundle} (no manifest.json): run `edgebert compile "
-                         f"edgebert/recipes/sst2-minilm-long.toml --teacher {args.teacher} --out {bundle.parent}` or pass --bundle")
+                         f"edgebert/recipes/sst2-minilm-long.toml --teacher {args.teacher} --out {bundle.parent}` "
+                         "or pass --bundle")
     manifest = json.loads((bundle / "manifest.json").read_text())
 
     log("eval sets")

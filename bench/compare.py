@@ -73,8 +73,8 @@ def frontier(result: dict, folder: Path) -> dict[str, Path]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--teacher", default=str(TEACHER), help="the fine-tuned teacher checkpoint (Hugging Face folder)")
-    p.add_argument("--bundle", default=str(BUNDLE), help="the bundle `edgebert compile edgebert/recipes/sst2-minilm-long.toml --teacher ... "
-                   "--out runs/default` wrote")
+    p.add_argument("--bundle", default=str(BUNDLE), help="the bundle `edgebert compile "
+                   "edgebert/recipes/sst2-minilm-long.toml --teacher ... --out runs/default` wrote")
     p.add_argument("--data", help="data root (default: EDGEBERT_DATA, else ../shared/data)")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 repeat, fewer runs, 200 dev sentences")
     p.add_argument("--work", default=str(WORK), help="built files, per-run JSONs and logs (cached between runs)")

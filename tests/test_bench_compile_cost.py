@@ -19,7 +19,8 @@ def test_the_table_names_each_runs_command_commit_and_estimate(bench_scripts):
     run = {"command": "edgebert compile --out runs/cost/default", "commit": "abc1234", "device": "cpu",
            "threads_or_gpus": 2, "precision": "fp32", "stage_seconds": {"finetune": 700.0, "prune": 800.0},
            "total_s": 1560.0, "estimate_s": 1500.0, "dev_accuracy": 89.5}
-    lines = cost.table({"machine": "a CPU", "runs": {"default": run, "cuda": {"skipped": "no CUDA GPU", "commit": "abc"}},
+    skipped = {"skipped": "no CUDA GPU", "commit": "abc"}
+    lines = cost.table({"machine": "a CPU", "runs": {"default": run, "cuda": skipped},
                         "cuts": [{"cut": "the long recipe", "estimate_s": 6000.0, "saved_s": None},
                                  {"cut": "one try", "estimate_s": 3000.0, "saved_s": 3000.0}]})
     text = "\n".join(lines)

@@ -51,7 +51,8 @@ def test_cache_is_computed_once_and_reused(tmp_path):
 def test_a_bf16_cache_is_its_own_and_labels_as_the_fp32_one_does(tmp_path):
     teacher, data = tiny_model(), tiny_data(24)
     fp32 = TeacherCache.build(teacher, data, [1, 2], tmp_path, progress=False)
-    bf16 = TeacherCache.build(teacher, data, [1, 2], tmp_path, progress=False, accelerator=Accelerator(precision="bf16"))
+    bf16 = TeacherCache.build(teacher, data, [1, 2], tmp_path, progress=False,
+                              accelerator=Accelerator(precision="bf16"))
     assert bf16.folder != fp32.folder  # a run at the other precision never reads these labels
     logits, hidden = bf16.lookup(range(24), 32)
     want_logits, want_hidden = fp32.lookup(range(24), 32)
