@@ -42,6 +42,11 @@ ACTIVATIONS = {
 }
 
 
+# What a masked key's score gets added: e^-100 of the weight is none in any precision, and unlike finfo.min it
+# leaves a full-integer file's score-plus-mask range (taken by calibration) room to resolve the scores.
+MASKED = -100.0
+
+
 @dataclass
 class EncoderConfig:
     """Shape of an encoder. Defaults are MiniLM-L6-H384 (all-MiniLM-L6-v2)."""
@@ -217,7 +222,7 @@ class SlidingWindow(nn.Module):
         """The key mask [B, 1, 1, T] → [B, 1, T, T] with the far keys of each query masked too."""
         positions = torch.arange(mask.shape[-1], device=mask.device)
         far = (positions[None, :] - positions[:, None]).abs() > self.reach
-        return mask.masked_fill(far, torch.finfo(mask.dtype).min)
+        return mask.masked_fill(far, MASKED)
 
 
 class SelfAttention(nn.Module):
@@ -494,7 +499,7 @@ def check_inputs(config: EncoderConfig, input_ids: torch.Tensor, attention_mask:
 
 def attention_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The additive mask [B, 1, 1, T] over keys only: bidirectional, no causal part."""
-    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * MASKED
 
 
 class LayerNorm(nn.LayerNorm):

@@ -233,6 +233,47 @@ def trim_padding(src: Path, dst: Path, spec: InputSpec) -> bool:
     return True
 
 
+def decompose_layernorm(model) -> int:
+    """Rewrite each last-axis LayerNormalization of `model` (in place) as ReduceMean, Sub, Pow, ReduceMean, Add,
+    Sqrt, Div, Mul, Add: the same function in ops NNAPI takes (it has no LayerNormalization), in the pattern
+    ONNX Runtime's CPU LayerNormFusion puts back together. Returns how many it rewrote."""
+    from onnx import TensorProto, helper
+
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    graph, nodes, done = model.graph, [], 0
+    for node in graph.node:
+        axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), -1)
+        if node.op_type != "LayerNormalization" or axis != -1 or len(node.output) != 1:
+            nodes.append(node)
+            continue
+        p, (x, scale, *bias) = f"{node.name or node.output[0]}/", node.input
+        bias = [b for b in bias if b]  # an omitted optional input is ""
+        eps = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "epsilon"), 1e-5)
+        graph.initializer.extend([helper.make_tensor(p + "two", TensorProto.FLOAT, [], [2.0]),
+                                  helper.make_tensor(p + "eps", TensorProto.FLOAT, [], [eps])])
+        if opset >= 18:  # ReduceMean's axes became an input
+            graph.initializer.append(helper.make_tensor(p + "axes", TensorProto.INT64, [1], [-1]))
+
+        def mean(src, dst):
+            return (helper.make_node("ReduceMean", [src, p + "axes"], [dst], keepdims=1) if opset >= 18 else
+                    helper.make_node("ReduceMean", [src], [dst], axes=[-1], keepdims=1))
+
+        normed = p + "normed" if bias else node.output[0]
+        nodes += [mean(x, p + "mean"), helper.make_node("Sub", [x, p + "mean"], [p + "centred"]),
+                  helper.make_node("Pow", [p + "centred", p + "two"], [p + "square"]),
+                  mean(p + "square", p + "variance"),
+                  helper.make_node("Add", [p + "variance", p + "eps"], [p + "shifted"]),
+                  helper.make_node("Sqrt", [p + "shifted"], [p + "std"]),
+                  helper.make_node("Div", [p + "centred", p + "std"], [p + "unit"]),
+                  helper.make_node("Mul", [p + "unit", scale], [normed])]
+        if bias:
+            nodes.append(helper.make_node("Add", [normed, bias[0]], [node.output[0]]))
+        done += 1
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return done
+
+
 def graphs(graph):
     """An ONNX graph and every graph inside it (Scan, Loop and If bodies), depth first."""
     import onnx

@@ -150,5 +150,5 @@ def _detail(d: dict) -> dict:
 
 TFLITE = formats.register(formats.Format(runtime="litert", config=TFLiteExportConfig, exporter=export_tflite,
                                          io=tflite_io, input_dtype="int32",
-                                         quantize_methods=("dynamic", "full", "qat", "fp16", "none"),
+                                         quantize_methods=("dynamic", "full", "integer", "qat", "fp16", "none"),
                                          export_methods={"fp16": {"precision": "fp16"}}))

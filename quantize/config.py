@@ -20,6 +20,7 @@ from edgebert.passes.train import TrainConfig
 Target = Literal["x86", "x86-vnni", "arm"]
 Method = Literal["minmax", "percentile", "entropy"]  # how calibration turns observed values into a range
 IO = Literal["float", "int8"]  # the type of a TFLite file's output tensor
+Keep = Literal["float", "int16"]  # what a mixed-precision search keeps the sensitive op kinds in
 # Kinds of ops in an exported BERT graph: the unit of float/INT8 choices (see quantize.onnx_ptq.classify).
 Kind = Literal["linear", "attention_matmul", "layernorm", "softmax", "gelu", "residual_add", "bias_add",
                "embedding_add", "mask_add"]
@@ -132,7 +133,10 @@ class MixedPrecisionConfig(Config):
     (sensitivity is measured on its first `search_samples` examples, the budget on all of it).
 
     The matrix multiplications (where the bytes and the time are) always stay INT8; if the budget
-    still fails with everything else in float, quantize raises instead of shipping a worse model."""
+    still fails with everything else in float, quantize raises instead of shipping a worse model.
+
+    keep="int16" (TFLite): a full-integer file for NPUs instead. Every op is static INT8 and the sensitive
+    kinds move to 16-bit activations (16x8), not to float; the file's remaining float ops are named."""
 
     budget: Budget = Budget(max_metric_drop=0.01)  # one point
     method: Method = "minmax"
@@ -143,6 +147,7 @@ class MixedPrecisionConfig(Config):
     int8_embeddings: bool = True
     int4_embeddings: Int4EmbeddingsConfig | None = None  # block-wise INT4 word table instead of INT8
     io: IO = "float"
+    keep: Keep = "float"
 
     def __post_init__(self):
         _check_int4(self)

@@ -24,8 +24,9 @@ def _cost(result: dict) -> tuple[float, float]:
 
 def search(groups: list[str], build: Callable[[set[str], Path], None], run: Callable[[Path, dict], np.ndarray],
            arrays: dict, reference: np.ndarray, budget: Budget, work: Path, suffix: str,
-           search_samples: int = 256) -> dict:
-    """`build(float_groups, path)` writes a candidate, `run(path, arrays)` returns its logits.
+           search_samples: int = 256, kept_as: str = "in float and linear layers dynamic INT8") -> dict:
+    """`build(float_groups, path)` writes a candidate with `float_groups` kept in the higher precision (`kept_as`
+    says which), `run(path, arrays)` returns its logits.
 
     Returns {"float": [...], "sensitivity": {...}, "result": {...}, "path": Path}; raises when even
     the most float candidate misses the budget."""
@@ -43,7 +44,7 @@ def search(groups: list[str], build: Callable[[set[str], Path], None], run: Call
     path, result = evaluate(set(groups), arrays, reference)
     if budget.violations(result):
         raise EdgebertError(f"quantization budget cannot be met ({'; '.join(budget.violations(result))} with "
-                            "every op kind in float and linear layers dynamic INT8): loosen the budget or use QAT")
+                            f"every op kind {kept_as}): loosen the budget or use QAT")
     best = (len(groups), path, result)
     sensitivity = {g: _cost(evaluate(set(groups) - {g}, few, reference[:search_samples])[1]) for g in groups}
     order = sorted(groups, key=lambda g: sensitivity[g], reverse=True)

@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 
 from edgebert.errors import EdgebertError
 from edgebert.device_tests.backends import batches
-from edgebert.export.onnx import TRIM, all_nodes, trim_nodes, trims
+from edgebert.export.onnx import TRIM, all_nodes, decompose_layernorm, trim_nodes, trims
 
 FUSED_OPS = {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu", "FastGelu"}
 
@@ -178,6 +178,9 @@ def static(src: Path, dst: Path, *, cache: Path, method: str, target: str, per_c
                 dst.write_bytes(qdq.read_bytes())
         finally:
             logging.disable(logging.NOTSET)
+    model = onnx.load(str(dst))  # a static file is the one an NPU provider is given: no op NNAPI lacks in its norms
+    if decompose_layernorm(model):
+        onnx.save(model, str(dst))
 
 
 def keep_float(model: onnx.ModelProto, float_nodes: set[str]) -> None:

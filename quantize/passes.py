@@ -124,6 +124,9 @@ def _embed_info(job: Job, config) -> dict:
 
 @register(MixedPrecisionConfig, "onnx", export_with=CALIBRATED)
 def onnx_mixed(job: Job, config: MixedPrecisionConfig) -> dict:
+    if config.keep != "float":
+        raise EdgebertError(f"MixedPrecisionConfig(keep={config.keep!r}) writes full-integer TFLite files: for "
+                            "ONNX use keep=\"float\" (static QDQ with the sensitive kinds in FP32)")
     groups = _groups(onnx_ptq.classify(_unfused(job, config)))
     arrays = need(job, "eval_data", config)
     cache = job.work / "ranges.json"
@@ -184,18 +187,28 @@ def tflite_static(job: Job, config: StaticInt8Config) -> dict:
 def tflite_mixed(job: Job, config: MixedPrecisionConfig) -> dict:
     data = job.src.read_bytes()
     arrays = need(job, "eval_data", config)
-    calibration = tflite_ptq.calibrate(data, need(job, "calibration", config), config.samples)
-    kinds = sorted(tflite_ptq.TFLITE_OPS)
+    integer = config.keep == "int16"
+    calibration = tflite_ptq.calibrate(data, need(job, "calibration", config), config.samples, integer=integer)
+    kinds = sorted(tflite_ptq.INTEGER_OPS if integer else tflite_ptq.TFLITE_OPS)
+    quantized = dict(io=config.io, embeddings=config.int8_embeddings, int4=config.int4_embeddings)
 
-    def build(float_groups: set[str], path: Path) -> None:
-        path.write_bytes(tflite_ptq.static(data, calibration, static_kinds=set(kinds) - float_groups,
-                                           io=config.io, embeddings=config.int8_embeddings,
-                                           int4=config.int4_embeddings))
+    def build(kept: set[str], path: Path) -> None:
+        path.write_bytes(tflite_ptq.integer(data, calibration, wide_kinds=kept, **quantized) if integer else
+                         tflite_ptq.static(data, calibration, static_kinds=set(kinds) - kept, **quantized))
 
-    found = search(kinds, build, _run, arrays, _run(job.src, arrays),
-                   config.budget, job.work, ".tflite", config.search_samples)
+    found = search(kinds, build, _run, arrays, _run(job.src, arrays), config.budget, job.work, ".tflite",
+                   config.search_samples, kept_as="at 16-bit activations" if integer else
+                   "in float and linear layers dynamic INT8")
     found["path"].replace(job.out)
-    return {"method": "static_wi8_ai8+mixed", "float": found["float"],
-            "float_means": "op kinds in float; linear = dynamic-range INT8 fully-connected layers",
-            "sensitivity": found["sensitivity"], "search_result": found["result"], "budget": asdict(config.budget),
-            "io": config.io, "int8_embeddings": config.int8_embeddings, **_tflite_int4(job, config)}
+    if integer:
+        types = tflite_ptq.output_types(job.out.read_bytes())
+        kept = {"method": "static_wi8_ai8+ai16", "int16": found["float"],
+                "int16_means": "op kinds with 16-bit activations (INT8 weights); every other op INT8",
+                "float_ops": sorted(op for op, t in types.items() if "FLOAT32" in t),
+                "int8_only": sorted(tflite_ptq.NO_INT16 & set(types))}
+    else:
+        kept = {"method": "static_wi8_ai8+mixed", "float": found["float"],
+                "float_means": "op kinds in float; linear = dynamic-range INT8 fully-connected layers"}
+    return {**kept, "sensitivity": found["sensitivity"], "search_result": found["result"],
+            "budget": asdict(config.budget), "io": config.io, "int8_embeddings": config.int8_embeddings,
+            **_tflite_int4(job, config)}

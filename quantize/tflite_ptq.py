@@ -38,9 +38,16 @@ TFLITE_OPS = {
     "layernorm": ("MEAN", "SQUARED_DIFFERENCE", "RSQRT"),
     "elementwise": ("ADD", "SUB", "MUL"),
 }
+# A full-integer file quantizes the ops between the kinds too; they pass activations on, so a wide (16-bit) kind
+# gains only where they are wide as well
+INTEGER_OPS = {**TFLITE_OPS, "other": ("RESHAPE", "TRANSPOSE", "SLICE", "STRIDED_SLICE", "CONCATENATION", "TANH")}
 ELEMENTWISE = {"residual_add", "bias_add", "embedding_add", "mask_add", "elementwise"}
 
 _ACT = {"num_bits": 8, "symmetric": False, "granularity": "TENSORWISE", "dtype": "INT"}
+# 16-bit activations with INT8 weights (ai-edge-quantizer's static_wi8_ai16, LiteRT's 16x8 kernels): the wider
+# integer a full-integer file keeps its sensitive kinds in; its policy lacks SQUARED_DIFFERENCE, which stays INT8
+_ACT16 = {"num_bits": 16, "symmetric": True, "granularity": "TENSORWISE", "dtype": "INT"}
+NO_INT16 = {"SQUARED_DIFFERENCE"}
 _WEIGHT = {"num_bits": 8, "symmetric": True, "granularity": "CHANNELWISE", "dtype": "INT"}
 
 
@@ -49,14 +56,14 @@ def tflite_kinds(kinds) -> set[str]:
     return {"elementwise" if k in ELEMENTWISE else k for k in kinds}
 
 
-def _entry(op: str, mode: str, *, regex: str = ".*", weight: dict | None = None) -> dict:
+def _entry(op: str, mode: str, *, regex: str = ".*", weight: dict | None = None, activation: dict = _ACT) -> dict:
     if mode == "none":
         return {"regex": regex, "operation": op, "algorithm_key": "no_quantize"}
     weight = weight or ({**_WEIGHT, "granularity": "TENSORWISE"} if op == "EMBEDDING_LOOKUP" else _WEIGHT)
     config = {"weight_tensor_config": weight, "compute_precision": "INTEGER", "explicit_dequantize": False,
               "skip_checks": False, "min_weight_elements": 0}
     if mode == "static":
-        config["activation_tensor_config"] = _ACT
+        config["activation_tensor_config"] = activation
     return {"regex": regex, "operation": op, "algorithm_key": "min_max_uniform_quantize", "op_config": config}
 
 
@@ -137,6 +144,33 @@ def recipe(static_kinds: set[str], *, io: str = "float") -> list[dict]:
     return entries
 
 
+def integer_recipe(wide_kinds: set[str], *, io: str = "float") -> list[dict]:
+    """Full integer: static INT8 for every op the quantizer takes ("*": the reshapes and transposes between the
+    kinds too), 16-bit activations for the ops of `wide_kinds`, INTEGER_OPS' keys (lookups: `lookup_tables`
+    gives theirs)."""
+    entries = [_entry("*", "static")]
+    for kind in sorted(wide_kinds):
+        entries += [_entry(op, "static", activation=_ACT16) for op in INTEGER_OPS[kind] if op not in NO_INT16]
+    entries.append(_entry("OUTPUT", "static" if io == "int8" else "none"))
+    return entries
+
+
+def output_types(flatbuffer: bytes) -> dict[str, set[str]]:
+    """{op type: the types of its outputs} over the file's signatures: a full-integer file should have float
+    outputs only at its edges (the weight-only lookups, the mask's cast, the dequantized logits)."""
+    from ai_edge_litert import schema_py_generated as schema
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
+
+    ops = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    types = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    model, found = tfl.read_model(flatbuffer), {}
+    for sg in model.subgraphs:
+        for op in sg.operators:
+            name = ops.get(model.operatorCodes[op.opcodeIndex].builtinCode, "CUSTOM")
+            found.setdefault(name, set()).update(types[sg.tensors[i].type] for i in op.outputs)
+    return found
+
+
 def _quantizer(flatbuffer: bytes, entries: list[dict]):
     from ai_edge_quantizer import quantizer
 
@@ -187,15 +221,16 @@ def calibration_feeds(arrays: dict, lengths: dict[int, str], names: list[str], s
     return feeds
 
 
-def calibrate(flatbuffer: bytes, arrays: dict, samples: int) -> dict:
-    """Tensor ranges for every op kind at once, so each static variant of the search reuses them."""
+def calibrate(flatbuffer: bytes, arrays: dict, samples: int, *, integer: bool = False) -> dict:
+    """Tensor ranges for every op kind at once (with `integer`, for every op), so each static variant of the
+    search reuses them."""
     try:
         model = backends.TFLite("the float flatbuffer", 1, content=flatbuffer)
     except HarnessError as e:
         raise EdgebertError(str(e)) from None
     lengths = {t: s.key for t, s in model.signatures.items()}
     names = list(next(iter(model.signatures.values())).dtypes)
-    q = _quantizer(flatbuffer, recipe(set(TFLITE_OPS)))
+    q = _quantizer(flatbuffer, integer_recipe(set()) if integer else recipe(set(TFLITE_OPS)))
     log = StringIO()
     with contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
         return q.calibrate(calibration_feeds(arrays, lengths, names, samples), num_threads=1)
@@ -206,3 +241,26 @@ def static(flatbuffer: bytes, calibration: dict, *, static_kinds: set[str], io: 
     """Full INT8 (static) for `static_kinds`, dynamic-range linear layers elsewhere, float the rest."""
     flatbuffer, lookups = lookup_tables(flatbuffer, embeddings=embeddings, int4=int4)
     return _run(_quantizer(flatbuffer, recipe(static_kinds, io=io) + lookups), calibration)
+
+
+def _widened(flatbuffer: bytes, calibration: dict, wide_kinds: set[str], margin: float) -> dict:
+    """`calibration` with the ranges of the wide kinds' tensors `margin` times as wide: at 16 bits the
+    resolution that costs is nothing, while text longer or rarer than the calibration set's no longer clips."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
+
+    wide = {tfl.TFL_OP_NAME_TO_CODE[op] for k in wide_kinds for op in INTEGER_OPS[k] if op in tfl.TFL_OP_NAME_TO_CODE}
+    model, names = tfl.read_model(flatbuffer), set()
+    for sg in model.subgraphs:
+        for op in sg.operators:
+            if model.operatorCodes[op.opcodeIndex].builtinCode in wide:
+                names.update(tfl.get_tensor_name(sg.tensors[i]) for i in (*op.inputs, *op.outputs) if i >= 0)
+    return {name: {k: v * margin for k, v in ranges.items()} if name in names else ranges
+            for name, ranges in calibration.items()}
+
+
+def integer(flatbuffer: bytes, calibration: dict, *, wide_kinds: set[str], io: str = "float",
+            embeddings: bool = True, int4: Int4EmbeddingsConfig | None = None, margin: float = 1.5) -> bytes:
+    """Full integer (`integer_recipe`), from `calibrate(..., integer=True)`'s ranges, the 16-bit ones widened."""
+    calibration = _widened(flatbuffer, calibration, wide_kinds, margin)
+    flatbuffer, lookups = lookup_tables(flatbuffer, embeddings=embeddings, int4=int4)
+    return _run(_quantizer(flatbuffer, integer_recipe(wide_kinds, io=io) + lookups), calibration)

@@ -16,7 +16,7 @@ from edgebert.device_tests import backends, metrics, runtimes
 from edgebert.device_tests.evalset import task_entry
 from edgebert.export import Artifact, Budget, InputSpec, OnnxExportConfig, TFLiteExportConfig, export, formats, \
     load_arrays, torch_logits
-from edgebert.export.onnx import all_nodes, export_onnx, onnx_io
+from edgebert.export.onnx import all_nodes, decompose_layernorm, export_onnx, onnx_io, provider_fit
 
 
 def tiny(**overrides):

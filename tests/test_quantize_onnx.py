@@ -132,6 +132,7 @@ def test_static_int8_keeps_excluded_kinds_float(model, data, kinds, tmp_path):
     assert set(r.meta["float"]) == {"layernorm", "softmax", "gelu", "residual_add", "bias_add", "embedding_add", "mask_add"}
     _assert_float(r.path, kinds, r.meta["float"])
     assert "DequantizeLinear" in ops(r.path)
+    assert "LayerNormalization" not in ops(r.path)  # written as primitives an NPU provider takes
 
 
 def _assert_float(path, found, float_kinds):
@@ -160,6 +161,13 @@ def test_mixed_precision_excludes_what_it_reports(model, data, kinds, tmp_path):
     assert r.meta["search_result"]["max_abs_diff"] <= budget.max_abs_diff
     assert r.verification["max_abs_diff"] == pytest.approx(r.meta["search_result"]["max_abs_diff"], rel=1e-3, abs=1e-4)
     _assert_float(r.path, kinds, [k for k in r.meta["float"] if not k.startswith("linear")])
+
+
+def test_full_integer_is_refused_for_onnx_in_one_line(model, data, tmp_path):
+    with pytest.raises(EdgebertError, match="writes full-integer TFLite files") as e:
+        quantize(model, MixedPrecisionConfig(keep="int16", budget=Budget(max_abs_diff=0.1), samples=8),
+                 out=tmp_path / "m.onnx", calibration=data, eval_data=data)
+    assert "\n" not in str(e.value) and list(tmp_path.iterdir()) == []
 
 
 def test_unmeetable_budget_fails_and_leaves_nothing(model, data, tmp_path):

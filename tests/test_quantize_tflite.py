@@ -1,14 +1,21 @@
 """TFLite quantization: dynamic-range, full INT8 with float-kept kinds, QAT; all run in ai-edge-litert."""
 
+import json
+import random
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from edgebert.errors import EdgebertError
 from edgebert.export import Artifact, Budget, TFLiteExportConfig, export, formats
+from edgebert.quantize import tflite_ptq
 from edgebert.quantize import (DynamicInt8Config, Int8EmbeddingsConfig, MixedPrecisionConfig, QATConfig,
                                StaticInt8Config, quantize)
 
 from builders import QUANT_VOCAB as VOCAB
+
+REAL = Path(__file__).resolve().parent.parent / "runs" / "default"  # `edgebert compile --out runs/default`
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +84,26 @@ def test_full_int8_keeps_excluded_kinds_float(fp32, data, tmp_path, io):
     assert logits.dtype == np.float32 and np.abs(logits - Artifact(fp32).run(data)).max() <= 0.5
 
 
+def test_full_integer_file_is_integer_between_its_edges(fp32, data, tmp_path):
+    """keep="int16": every op between the lookups and the logits has integer outputs (what an NPU delegate takes
+    whole), and the file names what is left float and what its 16-bit kernels lack."""
+    r = quantize(fp32, MixedPrecisionConfig(keep="int16", budget=Budget(max_abs_diff=0.05), samples=16),
+                 out=tmp_path / "i.tflite", calibration=data, eval_data=data)
+    assert r.meta["method"] == "static_wi8_ai8+ai16" and r.meta["int16"] == []  # all-INT8 meets this budget
+    assert r.meta["float_ops"] == ["CAST", "DEQUANTIZE", "EMBEDDING_LOOKUP"]
+    assert r.meta["int8_only"] == ["SQUARED_DIFFERENCE"]  # nn.LayerNorm's variance: no 16x8 kernel
+    types = tflite_ptq.output_types(r.path.read_bytes())
+    assert types["FULLY_CONNECTED"] == types["SOFTMAX"] == types["TRANSPOSE"] == {"INT8"}
+    assert np.abs(r.run(data) - Artifact(fp32).run(data)).max() <= 0.05
+
+
+def test_wide_kinds_get_16_bit_activations(fp32, data):
+    raw = fp32.read_bytes()
+    wide = tflite_ptq.integer(raw, tflite_ptq.calibrate(raw, data, 16, integer=True), wide_kinds={"softmax", "other"})
+    types = tflite_ptq.output_types(wide)
+    assert types["SOFTMAX"] == types["TRANSPOSE"] == {"INT16"} and types["FULLY_CONNECTED"] == {"INT8"}
+
+
 def test_unmeetable_budget_and_bad_calibration(fp32, data, tmp_path):
     with pytest.raises(EdgebertError, match="budget cannot be met"):
         quantize(fp32, MixedPrecisionConfig(budget=Budget(max_abs_diff=1e-9), samples=8), out=tmp_path / "m.tflite",
@@ -96,3 +123,28 @@ def test_qat_to_int8_tflite(model, data, tmp_path):
                  budget=Budget(max_abs_diff=0.5))
     assert r.meta["signatures"] == {"seq_16": 16} and r.meta["static"] == ["linear"]
     assert op_counts(r.path).get("QUANTIZE", 0) > 0
+
+
+@pytest.mark.slow
+def test_real_student_as_full_integer_is_within_a_point_of_its_teacher(data_dir, tmp_path):
+    """The compiled default's student as a full-integer TFLite, scored in LiteRT on the bundle's SST-2 dev set,
+    within 1 point of the teacher that compile measured (issue 32's NPU check)."""
+    from edgebert import data, load
+    from edgebert.quantize import Int4EmbeddingsConfig
+    from edgebert.tokenizer import load_tokenizer
+
+    students = sorted((REAL / "stages").glob("*/model"))
+    if not (REAL / "bundle" / "manifest.json").is_file() or not students:
+        pytest.skip(f"no compiled default at {REAL}: run `edgebert compile --out runs/default` first")
+    manifest = json.loads((REAL / "bundle" / "manifest.json").read_text())
+    train = data.load_task("sst2", "train", data_dir=data_dir)
+    sample = random.Random(0).sample(train.examples, 128)
+    calibration = data.pretokenize_eval(data.Split(train.task, "train", sample), load_tokenizer(students[-1]),
+                                        manifest["inputs"]["max_length"])
+    lengths = tuple(sorted(litert(REAL / "bundle" / "model.tflite").signatures))
+    r = quantize(load(students[-1]), MixedPrecisionConfig(keep="int16", budget=Budget(max_metric_drop=0.01),
+                                                          int4_embeddings=Int4EmbeddingsConfig()),
+                 out=tmp_path / "npu.tflite", calibration=calibration, eval_data=REAL / "bundle" / "eval.npz",
+                 export_as=TFLiteExportConfig(seq_lens=lengths))
+    assert r.meta["float_ops"] == ["CAST", "DEQUANTIZE", "EMBEDDING_LOOKUP"]
+    assert 100 * r.verification["value"] >= manifest["promise"]["teacher"] - 1.0
