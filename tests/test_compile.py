@@ -178,6 +178,29 @@ def test_the_estimate_counts_each_stages_work(tiny_checkpoint, tiny_sst2, tmp_pa
     assert list(estimate(ctx, tiny_checkpoint, None, ["distill"]).stages) == ["distill", "bundle"]
 
 
+def test_the_estimate_times_distillation_as_it_runs(tiny_checkpoint, tiny_sst2, tmp_path, monkeypatch):
+    """A stage that learns from a teacher cache is timed building one, its hidden layers included, and reading it
+    with the recipe's own loss; the timing cache is gone after."""
+    from edgebert.passes.distill import DistillObjective
+    from edgebert.passes.teacher import TeacherCache
+    from edgebert.pipeline.context import context
+    from edgebert.pipeline.estimate import estimate
+
+    built, forwards = [], []
+    build, forward = TeacherCache.build.__func__, DistillObjective.forward
+    monkeypatch.setattr(TeacherCache, "build", classmethod(
+        lambda cls, teacher, data, hidden, root, **kw: built.append((hidden, root)) or build(cls, teacher, data,
+                                                                                             hidden, root, **kw)))
+    monkeypatch.setattr(DistillObjective, "forward", lambda self, batch: forwards.append(1) or forward(self, batch))
+    recipe = _recipe(tiny_checkpoint, stages=["distill"])
+    hidden = recipe.options["distill"].replace(hidden_weight=1.0)
+    recipe = replace(recipe, options={**recipe.options, "distill": hidden})
+    said = estimate(context(recipe, tmp_path / "out", str(tiny_sst2)), tiny_checkpoint, None, ["distill"])
+    assert said.stages["distill"] > 0 and forwards
+    assert built and all(layers for layers, _ in built)  # the student's one layer is matched to a teacher's
+    assert not any(root.exists() for _, root in built)
+
+
 def test_unchanged_rerun_does_no_work(finished, tiny_checkpoint, tiny_sst2, monkeypatch):
     out, bundle = finished
     before = _hashes(bundle)

@@ -2,7 +2,8 @@
 
 A short warm-up times, on the training device and data, a few training steps and an inference pass of
 each model shape the stages will train (the start model, then each stage's `shape` of it: distill's
-student, prune's cut), and of the teacher. Each stage's registry entry counts its `work` in those units
+student, prune's cut), and of the teacher. A stage that learns from a teacher cache is timed as it runs: the
+cache, with the hidden states it keeps, built over a sample and read every step by the recipe's own loss. Each stage's registry entry counts its `work` in those units
 (resources.Work: examples trained, inferred, labelled by the teacher, plus fixed seconds), so the estimate
 is their product, summed. The compile prints it, and the manifest keeps it beside the time taken.
 """
@@ -11,13 +12,19 @@ from __future__ import annotations
 
 import copy
 import random
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from ..passes import Objective
+from ..model import MaskedLM
+from ..passes import DistillConfig, Objective
+from ..passes.distill import DistillObjective, cached_collate
+from ..passes.student import resolve_layer_map
+from ..passes.teacher import TeacherCache
 from ..passes.train import Accelerator, TrainConfig, predict, train
 from ..progress import clock
 from .context import Context, task_model
@@ -101,6 +108,40 @@ class _Timer:
         return self.cache[key]
 
 
+    def distill(self, student: nn.Module, teacher: nn.Module, config: DistillConfig) -> tuple[float, float] | None:
+        """(seconds per example trained, per example the teacher labels) as distillation from its cache runs: the
+        cache, hidden states included, built over the sample and looked up each step by the recipe's loss. None
+        for a teacher that runs beside the student instead (MLM, attention relations): `train` and `infer` time it.
+        """
+        if isinstance(student, MaskedLM) or config.attention_weight or config.value_weight:
+            return None
+        train_config = config.train
+        accelerator = Accelerator.current(train_config)
+        key = ("distill", _key(student), _key(teacher), train_config.batch_size, train_config.device,
+               accelerator.precision, config.hidden_weight > 0)
+        if key not in self.cache:
+            layer_map = resolve_layer_map(student, teacher, config.layer_map)
+            hidden = sorted({layer_map[s] for s in layer_map}) if config.hidden_weight else []
+            examples = self.batches(STEPS + WARM, train_config.batch_size)
+            steps = max(1, len(examples) // train_config.batch_size - WARM)
+            labelled = self.batches(INFERRED // BATCH, BATCH)
+            with tempfile.TemporaryDirectory(prefix="edgebert-estimate-") as tmp:
+                def cache(data, name):
+                    return TeacherCache.build(teacher, data, hidden, Path(tmp) / name, progress=False,
+                                              accelerator=accelerator)
+                cache(labelled[:BATCH], "warm")
+                t0 = time.perf_counter()
+                cache(labelled, "labelled")
+                per_label = (time.perf_counter() - t0) / len(labelled)
+                objective = DistillObjective(copy.deepcopy(student), teacher, config, layer_map)
+                collate_fn = cached_collate(objective.model, cache(examples, "train"))
+                timed = replace(train_config, steps=steps, eval_every=0, progress=False)
+                train(objective, examples, config=replace(timed, steps=WARM), collate_fn=collate_fn)
+                wall = train(objective, examples, config=timed, collate_fn=collate_fn).wall_s
+            self.cache[key] = (wall / (steps * train_config.batch_size), per_label)
+        return self.cache[key]
+
+
 def _key(model: nn.Module) -> tuple:
     c = model.config
     return (c.num_layers, c.hidden_size, tuple(c.heads(i) for i in range(c.num_layers)),
@@ -133,14 +174,16 @@ def estimate(ctx: Context, model_dir, teacher_dir, stages: list[str]) -> Estimat
         work = stage.work(options, ctx.data) if stage.work is not None else Work()
         tries = len(stage.tries(options)) if stage.tries is not None else 1
         seconds = work.seconds
+        labeller = teacher if teacher is not None else model
+        cached = timer.distill(made, labeller, work.distill) if work.distill is not None and work.train else None
         if work.train:
-            seconds += work.train * timer.train(made, work.config)
+            seconds += work.train * (cached[0] if cached else timer.train(made, work.config))
             result.on = _where(Accelerator.current(work.config))
         device, precision = (work.config.device, work.config.precision) if work.config is not None else ("cpu", "fp32")
         if work.infer:
             seconds += work.infer * timer.infer(made, device)
-        labeller = teacher if teacher is not None else model
-        labelled = work.teacher * timer.infer(labeller, device, precision) if work.teacher else 0
+        per_label = cached[1] if cached else timer.infer(labeller, device, precision)
+        labelled = work.teacher * per_label if work.teacher else 0
         result.stages[name] = round(labelled + tries * seconds, 2)
         model = made
     result.stages["bundle"] = BUNDLE_S

@@ -40,6 +40,7 @@ class Work:
     teacher: int = 0  # examples the teacher labels (its cache: computed once, shared by the stage's tries)
     seconds: float = 0.0  # conversion, export and verification, as measured on 2 CPU cores
     config: object = None  # the TrainConfig its training steps run under (batch, device, precision)
+    distill: object = None  # the DistillConfig its steps learn by, timed with the teacher cache they read
 
 
 def examples(config) -> int:

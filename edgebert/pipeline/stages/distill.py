@@ -28,7 +28,7 @@ def work(options: DistillConfig, data) -> Work:
     """The teacher labels the training text (and its copies) once; the student trains."""
     copies = options.augment.copies if options.augment is not None else 0
     return Work(train=examples(options.train), infer=evaluated(options.train, data),
-                teacher=len(data.train) * (1 + copies), config=options.train)
+                teacher=len(data.train) * (1 + copies), config=options.train, distill=options)
 
 
 def shape(model, options: DistillConfig):

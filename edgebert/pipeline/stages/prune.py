@@ -49,7 +49,7 @@ def work(options: PruneConfig, data) -> Work:
     copies = recovery.augment.copies if recovery.augment is not None else 0
     return Work(train=options.rounds * examples(recovery.train),
                 infer=scored + options.rounds * evaluated(recovery.train, data),
-                teacher=len(data.train) * (1 + copies), config=recovery.train)
+                teacher=len(data.train) * (1 + copies), config=recovery.train, distill=recovery)
 
 
 register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher, cache), by_default=True,
