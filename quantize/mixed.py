@@ -22,9 +22,12 @@ def _cost(result: dict) -> tuple[float, float]:
     return (drop if drop is not None else 0.0) + (1 - result["agreement"]), result["max_abs_diff"]
 
 
+IN_FLOAT = "in float and linear layers dynamic INT8"  # where the float search keeps a group
+
+
 def search(groups: list[str], build: Callable[[set[str], Path], None], run: Callable[[Path, dict], np.ndarray],
            arrays: dict, reference: np.ndarray, budget: Budget, work: Path, suffix: str,
-           search_samples: int = 256, kept_as: str = "in float and linear layers dynamic INT8") -> dict:
+           search_samples: int = 256, kept_as: str = IN_FLOAT) -> dict:
     """`build(float_groups, path)` writes a candidate with `float_groups` kept in the higher precision (`kept_as`
     says which), `run(path, arrays)` returns its logits.
 

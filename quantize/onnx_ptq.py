@@ -168,6 +168,7 @@ def static(src: Path, dst: Path, *, cache: Path, method: str, target: str, per_c
                                            "OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"]})
             model = onnx.load(str(qdq))
             keep_float(model, float_nodes | dynamic_nodes)
+            decompose_layernorm(model)  # a static file is the one an NPU provider is given: no op NNAPI lacks
             onnx.save(model, str(qdq))
             if dynamic_nodes:
                 quantize_dynamic(str(qdq), str(dst), op_types_to_quantize=["MatMul"],
@@ -178,9 +179,6 @@ def static(src: Path, dst: Path, *, cache: Path, method: str, target: str, per_c
                 dst.write_bytes(qdq.read_bytes())
         finally:
             logging.disable(logging.NOTSET)
-    model = onnx.load(str(dst))  # a static file is the one an NPU provider is given: no op NNAPI lacks in its norms
-    if decompose_layernorm(model):
-        onnx.save(model, str(dst))
 
 
 def keep_float(model: onnx.ModelProto, float_nodes: set[str]) -> None:

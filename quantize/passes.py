@@ -13,7 +13,7 @@ from edgebert.export import Artifact, OnnxExportConfig
 from . import onnx_ptq, tflite_ptq
 from .config import (DynamicInt8Config, Int4EmbeddingsConfig, Int8EmbeddingsConfig, MixedPrecisionConfig,
                      StaticInt8Config)
-from .mixed import search
+from .mixed import IN_FLOAT, search
 from .registry import Job, need, register
 
 
@@ -197,8 +197,7 @@ def tflite_mixed(job: Job, config: MixedPrecisionConfig) -> dict:
                          tflite_ptq.static(data, calibration, static_kinds=set(kinds) - kept, **quantized))
 
     found = search(kinds, build, _run, arrays, _run(job.src, arrays), config.budget, job.work, ".tflite",
-                   config.search_samples, kept_as="at 16-bit activations" if integer else
-                   "in float and linear layers dynamic INT8")
+                   config.search_samples, kept_as="at 16-bit activations" if integer else IN_FLOAT)
     found["path"].replace(job.out)
     if integer:
         types = tflite_ptq.output_types(job.out.read_bytes())

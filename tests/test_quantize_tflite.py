@@ -9,9 +9,8 @@ import pytest
 
 from edgebert.errors import EdgebertError
 from edgebert.export import Artifact, Budget, TFLiteExportConfig, export, formats
-from edgebert.quantize import tflite_ptq
 from edgebert.quantize import (DynamicInt8Config, Int8EmbeddingsConfig, MixedPrecisionConfig, QATConfig,
-                               StaticInt8Config, quantize)
+                               StaticInt8Config, quantize, tflite_ptq)
 
 from builders import QUANT_VOCAB as VOCAB
 

@@ -3,9 +3,10 @@
 A short warm-up times, on the training device and data, a few training steps and an inference pass of
 each model shape the stages will train (the start model, then each stage's `shape` of it: distill's
 student, prune's cut), and of the teacher. A stage that learns from a teacher cache is timed as it runs: the
-cache, with the hidden states it keeps, built over a sample and read every step by the recipe's own loss. Each stage's registry entry counts its `work` in those units
-(resources.Work: examples trained, inferred, labelled by the teacher, plus fixed seconds), so the estimate
-is their product, summed. The compile prints it, and the manifest keeps it beside the time taken.
+cache, with the hidden states it keeps, built over a sample and read every step by the recipe's own loss.
+Each stage's registry entry counts its `work` in those units (resources.Work: examples trained, inferred,
+labelled by the teacher, plus fixed seconds), so the estimate is their product, summed. The compile prints
+it, and the manifest keeps it beside the time taken.
 """
 
 from __future__ import annotations
@@ -80,16 +81,20 @@ class _Timer:
         picked = sorted({int((j + 0.5) * windows / count) for j in range(min(count, windows))})
         return [item for w in picked for item in self.sorted[w * size : (w + 1) * size]]
 
+    @staticmethod
+    def _steps(objective: Objective, examples: list[dict], config: TrainConfig, collate_fn=None) -> float:
+        """Seconds per example of `objective`'s training steps over `examples`, after WARM untimed ones (the
+        weights' moving average left out: over a few steps its setup would be most of the time)."""
+        steps = max(1, len(examples) // config.batch_size - WARM)
+        timed = replace(config, steps=steps, eval_every=0, progress=False, ema=0.0)
+        train(objective, examples, config=replace(timed, steps=WARM), collate_fn=collate_fn)  # allocations, pools
+        return train(objective, examples, config=timed, collate_fn=collate_fn).wall_s / (steps * config.batch_size)
+
     def train(self, model: nn.Module, config: TrainConfig) -> float:
         key = ("train", _key(model), config.batch_size, config.device, config.precision)
         if key not in self.cache:
             examples = self.batches(STEPS + WARM, config.batch_size)
-            steps = max(1, len(examples) // config.batch_size - WARM)
-            timed = replace(config, steps=steps, eval_every=0, progress=False, ema=0.0)
-            model = copy.deepcopy(model)
-            train(_Output(model), examples, config=replace(timed, steps=WARM))  # allocations, thread pools
-            wall = train(_Output(model), examples, config=timed).wall_s
-            self.cache[key] = wall / (steps * config.batch_size)
+            self.cache[key] = self._steps(_Output(copy.deepcopy(model)), examples, config)
         return self.cache[key]
 
     def infer(self, model: nn.Module, device: str, precision: str = "fp32") -> float:
@@ -107,7 +112,6 @@ class _Timer:
             self.cache[key] = (time.perf_counter() - t0) / len(examples)
         return self.cache[key]
 
-
     def distill(self, student: nn.Module, teacher: nn.Module, config: DistillConfig) -> tuple[float, float] | None:
         """(seconds per example trained, per example the teacher labels) as distillation from its cache runs: the
         cache, hidden states included, built over the sample and looked up each step by the recipe's loss. None
@@ -123,7 +127,6 @@ class _Timer:
             layer_map = resolve_layer_map(student, teacher, config.layer_map)
             hidden = sorted({layer_map[s] for s in layer_map}) if config.hidden_weight else []
             examples = self.batches(STEPS + WARM, train_config.batch_size)
-            steps = max(1, len(examples) // train_config.batch_size - WARM)
             labelled = self.batches(INFERRED // BATCH, BATCH)
             with tempfile.TemporaryDirectory(prefix="edgebert-estimate-") as tmp:
                 def cache(data, name):
@@ -135,10 +138,7 @@ class _Timer:
                 per_label = (time.perf_counter() - t0) / len(labelled)
                 objective = DistillObjective(copy.deepcopy(student), teacher, config, layer_map)
                 collate_fn = cached_collate(objective.model, cache(examples, "train"))
-                timed = replace(train_config, steps=steps, eval_every=0, progress=False)
-                train(objective, examples, config=replace(timed, steps=WARM), collate_fn=collate_fn)
-                wall = train(objective, examples, config=timed, collate_fn=collate_fn).wall_s
-            self.cache[key] = (wall / (steps * train_config.batch_size), per_label)
+                self.cache[key] = (self._steps(objective, examples, train_config, collate_fn), per_label)
         return self.cache[key]
 
 

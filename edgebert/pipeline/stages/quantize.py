@@ -81,13 +81,16 @@ def export_config(fmt: formats.Format, export_options, **changes):
     return fmt.config(**chosen, **changes)
 
 
+SEARCHED = ("mixed", "integer")  # methods that search which op kinds to keep wider, a file built per kind
+
+
 def _method_config(method: str, q: _Shared, export_options):
     int4 = {"int4_embeddings": Int4EmbeddingsConfig()} if q.embeddings == "int4" else {}
     if method == "dynamic":
         return DynamicInt8Config(target=q.target, **int4)
     if method in ("static", "full"):
         return StaticInt8Config(target=q.target, method=q.calibration_method, **int4)
-    if method in ("mixed", "integer"):  # integer: full integer, the sensitive kinds at 16-bit activations
+    if method in SEARCHED:  # integer: full integer, the sensitive kinds at 16-bit activations
         return MixedPrecisionConfig(budget=q.budget, target=q.target, method=q.calibration_method,
                                     keep="int16" if method == "integer" else "float", **int4)
     return QATConfig(target=q.target, seq_lens=tuple(export_options.seq_lens))
@@ -127,7 +130,7 @@ def key(recipe) -> dict:
 def work(options: _Shared, data) -> Work:
     """About 30 s, and each searched file (mixed, integer) about 220 s more: the search builds and scores a
     file per op kind on 2 CPU cores (an SST-2 student's full-integer TFLite took 252 s in all)."""
-    searched = sum(options.method(f) in ("mixed", "integer") for f in formats.all_formats())
+    searched = sum(options.method(f) in SEARCHED for f in formats.all_formats())
     return Work(seconds=30 + 220 * searched)
 
 
