@@ -152,15 +152,16 @@ def _compile(ctx: Context, start: Path, key: str, *, bench: bool | None, rebench
              target: str, pick: str) -> Path:
     """The stages and the bundle, into a claimed output folder."""
     recipe, out, ranks = ctx.recipe, ctx.out, Accelerator.process()
-    found, start_key = None, key
+    found, start_key, start_ctx = None, key, ctx  # start_ctx: the eval split as the start model reads it
     if budget is None:
+        ctx = replace(ctx)  # a vocab stage re-encodes the context its stages run in, not start_ctx
         state, stages, key = _run_stages(ctx, start, key)
     else:
         ctx, state, stages, key, found = search(ctx, budget, lambda c, first=key: _run_stages(c, start, first),
                                                 start_key=key, target=target, pick=pick, fresh=rebench)
     bench = True if rebench else recipe.stage(bundle_stage().name).bench if bench is None else bench
     records = [r.to_dict() for r in stages]
-    promised = ranks.first(lambda: promise(ctx, stages, state, start_key))  # said before the bundle is written
+    promised = ranks.first(lambda: promise(start_ctx, stages, state, start_key))  # said before the bundle is written
     build = _key(key, bench, records, state.verification, found, promised)  # what the bundle is a function of
     if not rebench and ranks.first(lambda: _current(out / "bundle", build)):
         log("bundle: up to date, nothing to do (--rebench for fresh timings)")

@@ -26,7 +26,7 @@ def teacher_metric(ctx: Context, stages: list[StageRecord], start_key: str) -> f
     metric = ctx.task.metric
     if stages and STAGES.get(stages[0].name).fine_tunes:
         return points(stages[0].metrics[metric])
-    cache = ctx.out / "search" / f"reference-{start_key}.json"
+    cache = ctx.out / "search" / f"teacher-{start_key}.json"
     if cache.is_file():
         return json.loads(cache.read_text())["metric"]
     from ..passes import evaluate
