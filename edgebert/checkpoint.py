@@ -324,6 +324,9 @@ def hf_config_of(model: nn.Module) -> dict:
     an EdgebertError naming what transformers' config cannot say."""
     c = model.config
     family = families.get(c.family)
+    if not c.num_layers:
+        raise EdgebertError("a static student (no layers: token vectors, n-gram features, a classifier) is not a "
+                            "transformers model: use edgebert's own format or its ONNX and TFLite files")
     if c.norm_width:
         raise EdgebertError("a width-pruned model (LayerNorms over the pre-pruning width, head_size apart from "
                             "hidden_size) is not expressible in transformers' configs: save with edgebert's own "

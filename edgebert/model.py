@@ -556,7 +556,9 @@ class HeadConfig:
     pooler: str | None = "tanh"  # [CLS] dense + activation before the classifier; None = none
     pooler_bias: bool = True  # the bias of that dense (and of the MLM transform); ModernBERT has none
     pooler_norm: bool = False  # a LayerNorm after the pooler's activation (ModernBERT's head)
-    pooling: str = "cls"  # embedding and sequence-classification: "cls" | "mean" (mask-aware)
+    pooling: str = "cls"  # embedding and sequence-classification: "cls" | "mean" | "max" (both mask-aware)
+    ngram_window: int = 0  # > 0: n-gram features over this many tokens (odd) before pooling; a static student's
+    ngram_features: int = 0  # how many: the pooled width
     normalize: bool = False  # embedding: L2-normalise
     nsp: bool = False  # masked-lm: add BERT's next-sentence head
 
@@ -574,17 +576,44 @@ class TaskModel(nn.Module):
         super().__init__()
         self.config, self.head = config, head
         self.encoder = Encoder(config)
+        self.ngrams = Ngrams(config.hidden_size, head.ngram_window, head.ngram_features) if head.ngram_window \
+            else None
+
+    @property
+    def pooled_width(self) -> int:
+        return self.head.ngram_features if self.ngrams is not None else self.config.hidden_size
 
     def pooled(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
-        """The encoder's output pooled as `head.pooling` says (the mask as a tensor, which `pool` reads too)."""
+        """The encoder's output (through the n-gram features, when the head has them) pooled as `head.pooling`
+        says (the mask as a tensor, which `pool` reads too)."""
         input_ids, attention_mask, token_type_ids = as_inputs(input_ids, attention_mask, token_type_ids)
-        return pool(self.encoder(input_ids, attention_mask, token_type_ids), attention_mask, self.head.pooling)
+        x = self.encoder(input_ids, attention_mask, token_type_ids)
+        if self.ngrams is not None:
+            x = self.ngrams(x, torch.ones_like(input_ids) if attention_mask is None else attention_mask)
+        return pool(x, attention_mask, self.head.pooling)
 
     @property
     def reads_cls_alone(self) -> bool:
         """Whether the output reads the last hidden states' [CLS] row and no other, so that an exported graph
         may compute that row alone in the last layer."""
         return self.pools and self.head.pooling == "cls"
+
+
+class Ngrams(nn.Module):
+    """Features of every window of `window` tokens (a 1-D convolution, then ReLU; Kim's sentence CNN), so that a
+    model with no attention still reads "not good" apart from "good". Padding rows are zeroed first: a token at a
+    sentence's end sees zeros beyond it however far the batch is padded."""
+
+    def __init__(self, width: int, window: int, features: int):
+        super().__init__()
+        if window < 1 or window % 2 == 0 or features < 1:
+            raise EdgebertError(f"HeadConfig.ngram_window must be odd and ngram_features ≥ 1, got {window} and "
+                                f"{features}")
+        self.conv = nn.Conv1d(width, features, window, padding=window // 2)
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        x = x * attention_mask.unsqueeze(-1).to(x.dtype)
+        return F.relu(self.conv(x.transpose(1, 2))).transpose(1, 2)
 
 
 class Pooler(nn.Module):
@@ -603,11 +632,13 @@ class Pooler(nn.Module):
 
 
 def pool(x: torch.Tensor, attention_mask: torch.Tensor | None, how: str) -> torch.Tensor:
-    """[B, T, H] → [B, H]: the first ([CLS]) token, or the mean over real tokens."""
+    """[B, T, H] → [B, H]: the first ([CLS]) token, or the mean or the maximum over real tokens."""
     if how == "cls":
         return x[:, 0]
     if attention_mask is None:
-        return x.mean(1)
+        return x.mean(1) if how == "mean" else x.amax(1)
+    if how == "max":
+        return x.masked_fill(attention_mask.unsqueeze(-1) == 0, float("-inf")).amax(1)
     m = attention_mask.unsqueeze(-1).to(x.dtype)
     return (x * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
@@ -619,11 +650,13 @@ class SequenceClassifier(TaskModel):
 
     def __init__(self, config: EncoderConfig, head: HeadConfig):
         super().__init__(config, head)
-        if head.pooling not in ("cls", "mean"):
-            raise EdgebertError(f"HeadConfig.pooling must be 'cls' or 'mean', got {head.pooling!r}")
+        if head.pooling not in ("cls", "mean", "max"):
+            raise EdgebertError(f"HeadConfig.pooling must be 'cls', 'mean' or 'max', got {head.pooling!r}")
+        if head.pooler and self.ngrams is not None:
+            raise EdgebertError("HeadConfig: n-gram features are the head's nonlinearity; set pooler = None with them")
         self.pooler = Pooler(config, head.pooler, head.pooler_bias, head.pooler_norm) if head.pooler else None
         self.dropout = nn.Dropout(config.dropout)
-        self.classifier = nn.Linear(config.hidden_size, head.num_labels)
+        self.classifier = nn.Linear(self.pooled_width, head.num_labels)
         for m in (self.pooler, self.classifier):
             if m is not None:
                 m.apply(_init_weights)

@@ -205,11 +205,12 @@ def keep_float(model: onnx.ModelProto, float_nodes: set[str]) -> None:
 
 
 def dynamic(src: Path, dst: Path, *, target: str, per_channel: bool, embeddings: bool) -> None:
-    """ORT dynamic INT8 (fused Attention and MatMul; EmbedLayerNormalization when `embeddings`)."""
+    """ORT dynamic INT8 (fused Attention, MatMul and a static student's Conv; EmbedLayerNormalization when
+    `embeddings`)."""
     from onnxruntime.quantization import quantize_dynamic
 
     _, weight, reduce_range = _quant_types(target)
-    ops = ["MatMul", "Attention"] + (["EmbedLayerNormalization"] if embeddings else [])
+    ops = ["MatMul", "Attention", "Conv"] + (["EmbedLayerNormalization"] if embeddings else [])
     logging.disable(logging.WARNING)
     try:
         quantize_dynamic(str(src), str(dst), op_types_to_quantize=ops, per_channel=per_channel,

@@ -105,6 +105,41 @@ def test_the_promise_is_judged_against_the_teacher(finished, tiny_checkpoint, ti
     assert json.loads((strict / "manifest.json").read_text())["promise"]["max_drop"] == 10.0
 
 
+def test_a_static_student_compiles_and_is_judged_against_the_teacher_as_it_reads(tiny_checkpoint, tiny_sst2,
+                                                                                  tmp_path):
+    from edgebert.passes import evaluate
+    from edgebert.pipeline.context import context, task_model
+
+    recipe = recipes.parse(f"""
+task = "sst2"
+model = "{tiny_checkpoint}"
+max_length = 16
+stages = ["static", "vocab", "quantize", "export"]
+[static]
+dim = 8
+ngram_features = 16
+[static.distill.train]
+steps = 6
+batch_size = 8
+[quantize]
+accuracy_budget = 100.0
+[export]
+formats = ["onnx", "tflite"]
+seq_lens = [16]
+bench = false
+""")
+    bundle = compiler.compile(recipe, tmp_path / "out", data_dir=str(tiny_sst2))
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [s["name"] for s in manifest["stages"]] == ["static", "vocab"]
+    for name in ("model.onnx", "model.tflite"):
+        assert manifest["verification"][name]["verify"]["agreement"] > 0.9
+    assert "skipped" in manifest["hf"]  # no transformers config for a model without layers
+    # the vocab stage re-encoded the data with its smaller vocabulary; the teacher is scored on its own ids
+    ctx = context(recipe, tmp_path / "fresh", str(tiny_sst2))
+    teacher = 100 * evaluate(task_model(tiny_checkpoint, ctx.task), ctx.data.eval)["accuracy"]
+    assert manifest["promise"]["teacher"] == pytest.approx(teacher, abs=1e-3)
+
+
 def test_a_student_that_falls_too_far_is_written_and_said_to_miss(tiny_checkpoint, tiny_sst2, tmp_path, capsys):
     from edgebert.pipeline.context import State, context
     from edgebert.pipeline.promise import promise

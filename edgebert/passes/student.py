@@ -46,8 +46,8 @@ def init_student(teacher: nn.Module, *, layers: int | None = None, keep_layers: 
 def resolve_layer_map(student: nn.Module, teacher: nn.Module, layer_map: dict[int, int] | None) -> dict[int, int]:
     s_layers, t_config = encoder_of(student).config.num_layers, encoder_of(teacher).config
     t_layers = t_config.num_layers
-    if layer_map is None:
-        return {i + 1: t for i, t in enumerate(default_layers(s_layers, t_config))}
+    if layer_map is None:  # a student with no layers (a static one) has no layer to map
+        return {i + 1: t for i, t in enumerate(default_layers(s_layers, t_config))} if s_layers else {}
     layer_map = {int(s): int(t) for s, t in layer_map.items()}
     for s, t in layer_map.items():
         if not (0 <= s <= s_layers and 0 <= t <= t_layers):
