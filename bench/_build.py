@@ -4,6 +4,7 @@
     python bench/_build.py optimum --teacher DIR --out DIR --config avx2|avx512_vnni
     python bench/_build.py tflite --model DIR --out DIR --seq-lens 16,32,64,128 [--int8 JSON]
     python bench/_build.py pte --model DIR --out DIR [--int8] [--max-length N]
+    python bench/_build.py model2vec --teacher DIR --out DIR [--data DIR]
 
 Each writes `info.json` into --out last: a folder with info.json is complete and is reused.
 """
@@ -137,6 +138,35 @@ def build_pte(model_dir: str, out: Path, int8: bool, max_length: int | None) -> 
             "versions": versions("executorch", "torchao", "torch")}
 
 
+def build_model2vec(teacher: str, out: Path, data: str | None) -> dict:
+    """model2vec as its users run it: distill() the teacher's token vectors from its local folder (no hub), a
+    StaticModelForClassification fit on SST-2 train with its defaults (early stopping on 10% held out), and its
+    pipeline saved with the vectors at int8, the smallest dtype model2vec saves."""
+    import torch
+    from model2vec.distill import distill
+    from model2vec.model import quantize_model
+    from model2vec.train import StaticModelForClassification
+
+    from edgebert.data import load_task
+
+    torch.set_num_threads(1)
+    steps = {}
+    t0 = time.time()
+    static = distill(teacher, device="cpu")
+    steps["distill_s"] = round(time.time() - t0, 1)
+    train = load_task("sst2", "train", data_dir=data)
+    t0 = time.time()
+    classifier = StaticModelForClassification.from_static_model(model=static).fit(
+        [e.text for e in train.examples], [e.label for e in train.examples], device="cpu")
+    steps["fit_s"] = round(time.time() - t0, 1)
+    pipeline = classifier.to_pipeline()
+    pipeline.model = quantize_model(pipeline.model, quantize_to="int8")
+    pipeline.save_pretrained(str(out / "model"))
+    return {"files": {"model": "model"}, "train_examples": len(train.examples),
+            "vectors": list(pipeline.model.embedding.shape), "dtype": str(pipeline.model.embedding.dtype),
+            "steps": steps, "versions": versions("model2vec", "torch", "transformers")}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -154,6 +184,10 @@ def main(argv=None) -> int:
     e.add_argument("--out", required=True)
     e.add_argument("--int8", action="store_true", help="INT8 (default FP32)")
     e.add_argument("--max-length", type=int, help="the longest input (default: the model's positions)")
+    m = sub.add_parser("model2vec")
+    m.add_argument("--teacher", required=True)
+    m.add_argument("--out", required=True)
+    m.add_argument("--data", help="data root (default: EDGEBERT_DATA, else ../shared/data)")
     args = p.parse_args(argv)
     out = Path(args.out)
     if out.exists():
@@ -164,6 +198,8 @@ def main(argv=None) -> int:
         info = build_optimum(args.teacher, out, args.config)
     elif args.what == "pte":
         info = build_pte(args.model, out, args.int8, args.max_length)
+    elif args.what == "model2vec":
+        info = build_model2vec(args.teacher, out, args.data)
     else:
         info = build_tflite(args.model, out, tuple(int(x) for x in args.seq_lens.split(",")),
                             json.loads(args.int8) if args.int8 else None)

@@ -17,8 +17,12 @@ from edgebert.device_tests.versions import versions
 ROOT = Path(__file__).resolve().parents[1]
 PAD = 128
 CONDITIONS = ("real", f"pad{PAD}")
-TARGETS = {"speedup_vs_1": 12.0, "speedup_vs_2": 3.0, "size_vs_1": 10.0, "accuracy_drop_points": 1.0,
-           "gemm_fraction": 0.40}
+TARGETS = {"speedup_vs_1": 12.0, "speedup_vs_2": 3.0, "speedup_vs_peer": 4.0, "thread_scaling": 1.6,
+           "size_vs_1": (10.0, 14.0), "accuracy_drop_points": (1.0, 0.5), "gemm_fraction": 0.40,
+           "static_accuracy": 0.84, "static_bytes": 2_000_000, "static_p50_ms": 0.1}
+OPTIMUM = ("optimum-o2-int8", "optimum-int8")  # baseline 2 is the faster of these on each line
+PEERS = (*OPTIMUM, "tflite-int8")  # the fastest peer: the fastest INT8 file of the teacher on each line
+STATIC = ("static-onnx-int8", "static-tflite-int8")  # the static tier's rows (a run with --static-bundle)
 # A repeat during which other processes used more than this many cores (on average) is noisy: it is
 # re-run (up to retry_noisy times) and left out of the medians when clean repeats exist.
 NOISY_CORES = 0.25
@@ -72,18 +76,26 @@ def gemm_summary(gemm_raw: list[dict], threads: list[int], gemm_load: list[dict]
     return out
 
 
-def _timing_row(m: dict, runs: list[dict], all_runs: list[dict], per_rep: dict, b2: str | None, gemm: dict) -> dict:
-    """One model's figures at one thread count and shape: medians over the repeats used, speedups pair by pair
-    (each repeat against the baseline's same repeat), and the share of the GEMM peak it reaches."""
+def ratios_by_repeat(base: dict, row: dict) -> list[float]:
+    """base's p50 over row's, from their timing rows, each pair from one repeat (drift between repeats cancels)."""
+    by_repeat = dict(zip(base.get("repeats_used", []), base.get("p50_by_repeat", [])))
+    return [by_repeat[r] / p for r, p in zip(row.get("repeats_used", []), row.get("p50_by_repeat", []))
+            if r in by_repeat]
+
+
+def _fastest(table: dict, ids: tuple[str, ...]) -> str | None:
+    """Of `ids`, the one with the lowest p50 in this line's timing table (None when none of them ran)."""
+    p50 = {mid: table[mid]["p50_ms"] for mid in ids if table.get(mid, {}).get("p50_ms") is not None}
+    return min(p50, key=p50.get) if p50 else None
+
+
+def _timing_row(m: dict, runs: list[dict], all_runs: list[dict], gemm: dict) -> dict:
+    """One model's figures at one thread count and shape: medians over the repeats used, and the share of the GEMM
+    peak it reaches."""
     row = {"p50_ms": _median(r["p50"] for r in runs), "p90_ms": _median(r["p90"] for r in runs),
            "mean_ms": _median(r["mean"] for r in runs), "peak_rss_mb": _median(r["peak_rss_mb"] for r in runs),
            "p50_by_repeat": [r["p50"] for r in runs], "repeats_used": [r["repeat"] for r in runs],
            "p50_all_repeats": {str(r["repeat"]): r["p50"] for r in all_runs}}
-    for label, base in (("1", "pytorch-fp32"), ("2", b2)):
-        ratios = [per_rep[base][r["repeat"]]["p50"] / r["p50"] for r in runs
-                  if base and r["repeat"] in per_rep.get(base, {})]
-        row[f"speedup_vs_{label}"] = _median(ratios)
-        row[f"speedup_vs_{label}_by_repeat"] = ratios
     # Achieved GOPS: useful FLOPs per sequence over mean latency (total work / total time).
     gops = [r["flops"] / (r["mean"] * 1e6) for r in runs if r["flops"]]
     row["achieved_gops"] = _median(gops)
@@ -97,23 +109,27 @@ def _timing_row(m: dict, runs: list[dict], all_runs: list[dict], per_rep: dict, 
 
 
 def _timing(raw: dict, models: list[dict], use: set, gemm: dict) -> tuple[dict, dict]:
-    """(timing table per thread count and shape, the Optimum variant that is baseline 2 in each)."""
+    """(timing table per thread count and shape, the Optimum variant that is baseline 2 in each). Speedups are
+    pair by pair: each repeat against the baseline's same repeat."""
     timing, baseline2 = {}, {}
     for tk, by_cond in raw.items():
         timing[tk] = {}
         baseline2[tk] = {}
         for cond, all_runs in by_cond.items():
             by_model = {mid: [r for r in runs if r["repeat"] in use] for mid, runs in all_runs.items()}
+            table = {m["id"]: (_timing_row(m, by_model[m["id"]], all_runs[m["id"]], gemm.get(tk, {}))
+                               if by_model[m["id"]] else {"na": (m.get("na") or {}).get(cond, "failed: see failures")})
+                     for m in models}
             # "2" is the faster Optimum variant here (median p50): the baseline is never the weaker one.
-            opt = {mid: _median(r["p50"] for r in by_model[mid]) for mid in ("optimum-o2-int8", "optimum-int8")}
-            opt = {k: v for k, v in opt.items() if v is not None}
-            b2 = min(opt, key=opt.get) if opt else None
-            baseline2[tk][cond] = b2
-            per_rep = {mid: {r["repeat"]: r for r in runs} for mid, runs in by_model.items()}
-            timing[tk][cond] = {
-                m["id"]: (_timing_row(m, by_model[m["id"]], all_runs[m["id"]], per_rep, b2, gemm.get(tk, {}))
-                          if by_model[m["id"]] else {"na": (m.get("na") or {}).get(cond, "failed: see failures")})
-                for m in models}
+            b2 = baseline2[tk][cond] = _fastest(table, OPTIMUM)
+            for row in table.values():
+                if "na" in row:
+                    continue
+                for label, base in (("1", "pytorch-fp32"), ("2", b2)):
+                    ratios = ratios_by_repeat(table[base], row) if base in table else []
+                    row[f"speedup_vs_{label}"] = _median(ratios)
+                    row[f"speedup_vs_{label}_by_repeat"] = ratios
+            timing[tk][cond] = table
     return timing, baseline2
 
 
@@ -148,13 +164,14 @@ def summarize(args, settings, threads, mach, models, notes, sets, accuracy, raw,
         "versions": versions(*DISTS),
         "settings": {**settings, "threads": threads, "quick": bool(args.quick), "pad_to": PAD,
                      "env": env or "inherited (OMP_WAIT_POLICY unset unless the caller set it)",
-                     "eval_examples": {who: sets[who]["n"] for who in ("teacher", "student")},
-                     "same_tokenization": sets["same_tokenization"]},
+                     "eval_examples": {who: v["n"] for who, v in sets.items()},
+                     "same_tokenization": sets["student"]["path"] == sets["teacher"]["path"]},
         "load_average": loads,
         "gemm_load": gemm_load or [],
         "repeats_used": sorted(use),
         "repeats_dropped_noisy": sorted({x["repeat"] for x in loads if x.get("noisy")} - use),
-        "inputs": {"teacher": str(args.teacher), "bundle": str(args.bundle), "data": args.data},
+        "inputs": {"teacher": str(args.teacher), "bundle": str(args.bundle), "static_bundle": args.static_bundle,
+                   "data": args.data},
         "models": {m["id"]: {"group": m["group"], "label": m["label"], "how": m["how"], "int8": m["int8"],
                              **sizes[m["id"]], "accuracy": accuracy[m["id"]],
                              "na": m.get("na", {})} for m in models},
@@ -212,44 +229,110 @@ def paired(teacher: dict, student: dict) -> dict | None:
             "interval_points": [round((d - half) * 100, 2), round((d + half) * 100, 2)]}
 
 
+def _shape(cond: str) -> str:
+    return "real lengths" if cond == "real" else f"padded {PAD}"
+
+
+def _where(cond: str, tk: str = "t1") -> str:
+    return f"batch 1, {_shape(cond)}, {tk[1:]} thread(s)"
+
+
+def _line(target: str, where: str, value, display, ok: bool, na: str = "n/a", **extra) -> dict:
+    """One target line: display() says the figures, or `na` (pass None) when nothing was measured."""
+    return {"target": target, "where": where, "value": value, "display": na if value is None else display(),
+            **extra, "pass": None if value is None else ok}
+
+
 def targets(result: dict) -> list[dict]:
     """One pass/miss line per target and condition, for the student's INT8 ONNX: ONNX Runtime is the runtime
     Optimum's baselines run too, so its ratios compare the models, not the runtimes (the TFLite file's timings
-    are in the tables beside it; on some machines it is the faster file)."""
+    are in the tables beside it; on some machines it is the faster file). The fastest-peer and accuracy targets
+    take the TFLite file too, and the static tier's both of the static bundle's files. Pure computation on the
+    results, so --render scores a run made before a target existed (n/a where it lacks the rows)."""
     out = []
-    s = "student-onnx-int8"
-    for tk, by_cond in result["timing"].items():
+    s, tfl = "student-onnx-int8", "student-tflite-int8"
+    models, timing = result["models"], result["timing"]
+    for tk, by_cond in timing.items():
         for cond, table in by_cond.items():
             row = table.get(s, {})
-            where = f"batch 1, {'real lengths' if cond == 'real' else f'padded {PAD}'}, {tk[1:]} thread(s)"
             for key, name in (("speedup_vs_1", "faster than 1 (PyTorch FP32)"),
                               ("speedup_vs_2", f"faster than 2 ({result['baseline_2'][tk][cond]})")):
                 v = row.get(key)
-                out.append({"target": f"≥ {TARGETS[key]:g}× {name}", "where": where, "value": v,
-                            "display": "n/a" if v is None else f"{v:.2f}×",
-                            "pass": None if v is None else v >= TARGETS[key]})
+                out.append(_line(f"≥ {TARGETS[key]:g}× {name}", _where(cond, tk), v, lambda: f"{v:.2f}×",
+                                 v is not None and v >= TARGETS[key]))
             v = row.get("fraction_of_peak")
-            out.append({"target": f"INT8 model > {TARGETS['gemm_fraction']:.0%} of the measured INT8 GEMM peak",
-                        "where": where, "value": v, "display": "n/a" if v is None else
-                        f"{v:.1%} ({row['achieved_gops']:.1f} of {row['gemm_peak_gops']:.1f} GOPS)",
-                        "pass": None if v is None else v > TARGETS["gemm_fraction"]})
-    v = result["models"][s]["size_vs_1"]
-    out.append({"target": f"≥ {TARGETS['size_vs_1']:g}× smaller than 1", "where": "file bytes", "value": v,
-                "display": f"{v:.2f}× ({result['models']['pytorch-fp32']['bytes'] / 1e6:.1f} MB → "
-                           f"{result['models'][s]['bytes'] / 1e6:.1f} MB)", "pass": v >= TARGETS["size_vs_1"]})
-    teacher = result["models"]["pytorch-fp32"]["accuracy"]
-    for student in (s, "student-tflite-int8"):
-        for cond in CONDITIONS:
-            t, st = teacher.get(cond, {}), result["models"][student]["accuracy"].get(cond, {})
-            a, b = t.get("accuracy"), st.get("accuracy")
-            drop = None if a is None or b is None else (a - b) * 100
-            pair = None if drop is None else paired(t, st)
-            interval = "" if pair is None else (
-                f"; 95% interval {pair['interval_points'][0]:+.2f} to {pair['interval_points'][1]:+.2f}: "
-                f"{pair['only_teacher']} sentences only the teacher gets right, {pair['only_student']} only the student")
-            out.append({"target": f"within {TARGETS['accuracy_drop_points']:g} point of the teacher's SST-2 dev accuracy",
-                        "where": f"{student}, {'real lengths' if cond == 'real' else f'padded {PAD}'}", "value": drop,
-                        "display": "n/a" if drop is None else f"{b * 100:.2f}% vs {a * 100:.2f}% ({-drop:+.2f} points"
-                                                              f"{interval})", "paired": pair,
-                        "pass": None if drop is None else drop <= TARGETS["accuracy_drop_points"]})
+            out.append(_line(f"INT8 model > {TARGETS['gemm_fraction']:.0%} of the measured INT8 GEMM peak",
+                             _where(cond, tk), v,
+                             lambda: f"{v:.1%} ({row['achieved_gops']:.1f} of {row['gemm_peak_gops']:.1f} GOPS)",
+                             v is not None and v > TARGETS["gemm_fraction"]))
+    line = timing.get("t1", {}).get("real", {})
+    peer = _fastest(line, PEERS)
+    for student in (s, tfl):
+        v = _median(ratios_by_repeat(line[peer], line.get(student, {}))) if peer else None
+        out.append(_line(f"≥ {TARGETS['speedup_vs_peer']:g}× faster than the fastest peer",
+                         f"{student}, {_where('real')}", v,
+                         lambda: f"{v:.2f}× ({peer} {line[peer]['p50_ms']:.2f} ms → "
+                                 f"{line[student]['p50_ms']:.3f} ms)",
+                         v is not None and v >= TARGETS["speedup_vs_peer"], peer=peer))
+    for cond in CONDITIONS:
+        one, two = (timing.get(tk, {}).get(cond, {}).get(s, {}) for tk in ("t1", "t2"))
+        v = _median(ratios_by_repeat(one, two))
+        out.append(_line(f"≥ {TARGETS['thread_scaling']:g}× faster at 2 threads than at 1",
+                         f"{s}, batch 1, {_shape(cond)}", v,
+                         lambda: f"{v:.2f}× ({one['p50_ms']:.3f} ms → {two['p50_ms']:.3f} ms)",
+                         v is not None and v >= TARGETS["thread_scaling"]))
+    v = models[s]["size_vs_1"]
+    for floor in TARGETS["size_vs_1"]:
+        out.append(_line(f"≥ {floor:g}× smaller than 1", "file bytes", v,
+                         lambda: f"{v:.2f}× ({models['pytorch-fp32']['bytes'] / 1e6:.1f} MB → "
+                                 f"{models[s]['bytes'] / 1e6:.1f} MB)",
+                         v is not None and v >= floor))
+    out += _accuracy_targets(models)
+    out += _static_targets(models, line)
+    return out
+
+
+def _accuracy_targets(models: dict) -> list[dict]:
+    """Each student file's SST-2 dev accuracy against the teacher's, per condition, with the paired interval."""
+    teacher = models["pytorch-fp32"]["accuracy"]
+    out = []
+    for points in TARGETS["accuracy_drop_points"]:
+        for student in ("student-onnx-int8", "student-tflite-int8"):
+            for cond in CONDITIONS:
+                t, st = teacher.get(cond, {}), models[student]["accuracy"].get(cond, {})
+                a, b = t.get("accuracy"), st.get("accuracy")
+                drop = None if a is None or b is None else (a - b) * 100
+                pair = None if drop is None else paired(t, st)
+                interval = "" if pair is None else (
+                    f"; 95% interval {pair['interval_points'][0]:+.2f} to {pair['interval_points'][1]:+.2f}: "
+                    f"{pair['only_teacher']} sentences only the teacher gets right, {pair['only_student']} only the "
+                    "student")
+                out.append(_line(f"within {points:g} point{'' if points == 1 else 's'} of the teacher's SST-2 dev "
+                                 "accuracy", f"{student}, {_shape(cond)}",
+                                 drop, lambda: f"{b * 100:.2f}% vs {a * 100:.2f}% ({-drop:+.2f} points{interval})",
+                                 drop is not None and drop <= points, paired=pair))
+    return out
+
+
+def _static_targets(models: dict, line: dict) -> list[dict]:
+    """The static tier: both of the static bundle's files at once (n/a in a run without one)."""
+    where = "the static bundle's model.onnx and model.tflite"
+    small = (f"static tier ≥ {TARGETS['static_accuracy']:.0%} SST-2 dev accuracy at ≤ "
+             f"{TARGETS['static_bytes'] / 1e6:g} MB")
+    fast = f"static tier ≤ {TARGETS['static_p50_ms']:g} ms"
+    if not all(mid in models for mid in STATIC):
+        return [_line(target, where, None, None, False, na="n/a: no static bundle in this run (--static-bundle)")
+                for target in (small, fast)]
+    names = {mid: "model.onnx" if "onnx" in mid else "model.tflite" for mid in STATIC}
+    acc = {mid: models[mid]["accuracy"].get("real", {}).get("accuracy") for mid in STATIC}
+    measured = None if None in acc.values() else min(acc.values())
+    out = [_line(small, f"{where}, real lengths", measured,
+                 lambda: "; ".join(f"{names[mid]} {acc[mid]:.2%}, {models[mid]['bytes']:,} bytes" for mid in STATIC),
+                 measured is not None and all(acc[mid] >= TARGETS["static_accuracy"]
+                                              and models[mid]["bytes"] <= TARGETS["static_bytes"] for mid in STATIC))]
+    p50 = {mid: line.get(mid, {}).get("p50_ms") for mid in STATIC}
+    slowest = None if None in p50.values() else max(p50.values())
+    out.append(_line(fast, f"{where}, {_where('real')}", slowest,
+                     lambda: "; ".join(f"{names[mid]} {p50[mid]:.3f} ms" for mid in STATIC),
+                     slowest is not None and slowest <= TARGETS["static_p50_ms"]))
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from _figures import CONDITIONS, DISTS, PAD, _f, _load_entry, summarize
-from _timing import timed_rows
+from _timing import model2vec_bytes, timed_rows
 
 from edgebert.device_tests import runtimes
 from edgebert.device_tests.evalset import pick_rows
@@ -143,32 +144,34 @@ def cached_build(name: str, argv: list[str], key: dict, work: Path, timeout: flo
 # The eval sets
 
 
-def eval_sets(teacher: Path, bundle: Path, data_dir: str | None, work: Path, rows: int, seed: int = 0) -> dict:
-    """SST-2 dev, tokenized at 128 by the teacher's and by the bundle's tokenizer (the same arrays
-    when the tokenizers agree). rows > 0 keeps a seeded random subset (--quick)."""
-    from edgebert.data import pretokenize_eval
+def eval_sets(folders: dict[str, Path], data_dir: str | None, work: Path, rows: int, seed: int = 0) -> dict:
+    """SST-2 dev, tokenized at PAD by each folder's tokenizer ({"teacher": ..., "student": the bundle, ...}; one file
+    for the folders whose tokenizers agree), with each sentence's text for the models that tokenize it themselves.
+    rows > 0 keeps a seeded random subset (--quick)."""
+    from edgebert.data import load_task, pretokenize_eval
     from edgebert.tokenizer import load_tokenizer
 
+    dev = load_task("sst2", "dev", data_dir=data_dir)
     out = {}
     arrays_by_who = {}
-    for who, folder in (("teacher", teacher), ("student", bundle)):
+    for who, folder in folders.items():
         tok = load_tokenizer(folder)
         # A bundle's tokenizer says its recipe's max_length (64 by default); padding to PAD is this bench's
         # condition, which the ONNX file's 512 positions and the seq_PAD TFLite file built here both take.
         tok.model_max_length = max(tok.model_max_length, PAD)
-        arrays = pretokenize_eval("sst2", tok, PAD, data_dir=data_dir)
+        arrays = {**pretokenize_eval(dev, tok, PAD), "text": np.array([e.text for e in dev.examples])}
         if rows and rows < len(arrays["lengths"]):
             keep = np.sort(np.random.default_rng(seed).choice(len(arrays["lengths"]), rows, replace=False))
             arrays = pick_rows(arrays, keep)
+        twin = next((w for w, a in arrays_by_who.items() if all(np.array_equal(a[k], arrays[k]) for k in a)), None)
         arrays_by_who[who] = arrays
-    same = all(np.array_equal(arrays_by_who["teacher"][k], arrays_by_who["student"][k]) for k in arrays_by_who["teacher"])
-    for who, arrays in arrays_by_who.items():
-        name = "shared" if same else who
-        path = work / f"sst2_dev_{name}_t{PAD}.npz"  # never "eval.npz": the harness checks that name against a manifest
+        if twin:
+            out[who] = out[twin]
+            continue
+        path = work / f"sst2_dev_{who}_t{PAD}.npz"  # never "eval.npz": the harness checks that name against a manifest
         np.savez(path, **arrays)
         out[who] = {"path": path, "lengths": arrays["lengths"].astype(int), "n": len(arrays["lengths"]),
                     "labels": arrays["labels"]}
-    out["same_tokenization"] = same
     return out
 
 
@@ -283,11 +286,13 @@ def _describe_files(m: dict) -> None:
     if first is None:
         m["file"], m["bytes"] = None, None
         return
-    if first["kind"] == "torch":
+    if first["kind"] == "harness":
+        m["file"], m["bytes"] = str(first["path"]), first["path"].stat().st_size
+    elif first["kind"] == "torch":
         weights = sorted(Path(first["path"]).glob("*.safetensors"))
         m["file"], m["bytes"] = str(weights[0]), sum(w.stat().st_size for w in weights)
     else:
-        m["file"], m["bytes"] = str(first["path"]), first["path"].stat().st_size
+        m["file"], m["bytes"] = str(first["path"]), model2vec_bytes(first["path"])
     pad = m["run"].get(f"pad{PAD}")
     if pad and pad["kind"] == "harness" and pad["path"] != first["path"]:
         m["file_pad"], m["bytes_pad"] = str(pad["path"]), pad["path"].stat().st_size
@@ -325,6 +330,54 @@ def _teacher_models(teacher: Path, config, qname: str, optimum: dict, work: Path
          "eval": "teacher", "config": config,
          "how": "quantize.quantize(fp32.tflite, DynamicInt8Config()) — ai-edge-quantizer dynamic_wi8_afp32",
          "run": {c: _harness(tdir / "int8.tflite", "litert") for c in CONDITIONS}},
+    ]
+
+
+def _model2vec(teacher: Path, teacher_weights: str, data: str | None, work: Path) -> tuple[dict, dict | None]:
+    """model2vec's row, distilled from the same teacher and trained on SST-2 train (bench/_build.py model2vec) and
+    run on each sentence's text, and what was built (None if nothing); n/a, never an exception, where model2vec is
+    not installed or its build fails."""
+    from edgebert.data import data_root, get_task
+
+    row = {"id": "model2vec", "group": "5", "int8": False, "eval": "teacher", "config": None,
+           "label": "model2vec · distill(teacher) + StaticModelForClassification (int8 vectors)",
+           "how": "model2vec.distill.distill(teacher) (PCA to 256 dimensions, SIF weights), "
+                  "StaticModelForClassification.from_static_model(...).fit(SST-2 train) with its defaults, "
+                  "to_pipeline() with the vectors quantized to int8 (quantize_model), save_pretrained; timed on "
+                  "each sentence's text, its tokenizer inside the timed call (the other rows are timed from token "
+                  "ids); size: the folder save_pretrained writes, its tokenizer.json included",
+           "run": {c: None for c in CONDITIONS},
+           "na": {f"pad{PAD}": "n/a: it averages its tokens' vectors, so nothing is padded"}}
+    if importlib.util.find_spec("model2vec") is None:
+        row["na"]["real"] = "n/a: model2vec is not installed (pip install 'edgebert[bench]')"
+        return row, None
+    train = data_root(data) / get_task("sst2").files["train"]
+    try:
+        built = cached_build("model2vec", ["model2vec", "--teacher", str(teacher), *(["--data", data] if data else [])],
+                             {"teacher": teacher_weights, "train": sha256(str(train)),
+                              "v": versions("model2vec", "torch", "transformers", "tokenizers")}, work)
+    except ChildFailed as e:
+        row["na"]["real"] = f"n/a: building it failed: {e}"
+        return row, None
+    row["run"]["real"] = {"kind": "model2vec", "path": work / "model2vec" / built["files"]["model"]}
+    return row, built
+
+
+def _static_models(static: Path) -> list[dict]:
+    """The static bundle's rows, its files run as the student's are; its model.tflite padded only where it has a
+    seq_PAD signature (there is no checkpoint to export one from here)."""
+    manifest = json.loads((static / "manifest.json").read_text())
+    sigs = manifest.get("inputs", {}).get("files", {}).get("model.tflite", {}).get("lengths") or []
+    tfl = _harness(static / "model.tflite", "litert")
+    pad_na = {} if sigs and max(sigs) >= PAD else {
+        f"pad{PAD}": f"n/a: the static bundle's model.tflite stops at seq_{max(sigs) if sigs else '?'}"}
+    return [
+        {"id": "static-onnx-int8", "group": "4", "label": "edgebert static student · bundle model.onnx (INT8)",
+         "int8": True, "eval": "static", "config": None, "how": "the static bundle's file as is",
+         "run": {c: _harness(static / "model.onnx", "onnxruntime") for c in CONDITIONS}},
+        {"id": "static-tflite-int8", "group": "4", "label": "edgebert static student · bundle model.tflite (INT8)",
+         "int8": True, "eval": "static", "config": None, "how": "the static bundle's file as is",
+         "run": {c: None if c in pad_na else tfl for c in CONDITIONS}, "na": pad_na},
     ]
 
 
@@ -375,6 +428,10 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
          "run": {c: pte and _harness(pte, "executorch") for c in CONDITIONS},
          "na": {} if pte else {c: pte_how for c in CONDITIONS}},
     ]
+    if args.static_bundle:
+        models += _static_models(Path(args.static_bundle))
+    m2v, notes["model2vec_build"] = _model2vec(teacher, teacher_weights, args.data, work)
+    models.append(m2v)
     for m in models:
         _describe_files(m)
         m["flops"] = functools.partial(_flops, flops, m["config"]) if m["config"] is not None else None
@@ -393,8 +450,8 @@ def measure(model: dict, cond: str, inputs: Path, threads: int, warmup: int, run
             env: dict) -> dict:
     spec = model["run"][cond]
     pad = ["--pad-to", str(PAD)] if cond != "real" else []
-    if spec["kind"] == "torch":
-        argv = [sys.executable, str(ROOT / "bench" / "_timing.py"), "torch", "--model", str(spec["path"])]
+    if spec["kind"] != "harness":  # a folder bench/_timing.py loads as its users do
+        argv = [sys.executable, str(ROOT / "bench" / "_timing.py"), spec["kind"], "--model", str(spec["path"])]
     else:
         argv = [sys.executable, "-m", "device_tests", "run", "--model", str(spec["path"]), "--backend", spec["backend"]]
         if spec["backend"] == "litert" and cond == "real":
@@ -511,7 +568,7 @@ def _timings(models: list[dict], sets: dict, threads: list[int], settings: dict,
     while rep < settings["repeats"] + extra:
         other.cores()
         subsets = {who: timing_subset(sets[who]["path"], settings["timing_rows"], rep,
-                                      work / f"timing_{who}_r{rep}.npz") for who in ("teacher", "student")}
+                                      work / f"timing_{who}_r{rep}.npz") for who in sets}
         sub_lengths = {who: np.load(p)["lengths"].astype(int) for who, p in subsets.items()}
         order = models[rep % len(models):] + models[:rep % len(models)]
         load_before = list(os.getloadavg())
@@ -581,7 +638,10 @@ def run(args) -> dict:
     manifest = json.loads((bundle / "manifest.json").read_text())
 
     log("eval sets")
-    sets = eval_sets(Path(args.teacher), bundle, args.data, work, settings["eval_rows"])
+    folders = {"teacher": Path(args.teacher), "student": bundle}
+    if args.static_bundle:
+        folders["static"] = Path(args.static_bundle)
+    sets = eval_sets(folders, args.data, work, settings["eval_rows"])
     log("models")
     models, notes = model_table(args, manifest, work, mach)
     failures = []

@@ -57,10 +57,12 @@ def method(result: dict) -> str:
     s = result["settings"]
     files = "ONNX, TFLite and ExecuTorch files" if any("executorch" in m for m in result["models"]) else \
         "ONNX/TFLite files"  # the results of a run before the .pte row
+    model2vec = (", `bench/_timing.py model2vec` for model2vec, on each sentence's text, its tokenizer timed too"
+                 if "model2vec" in result["models"] else "")
     return (
         f"How: every model runs in its own process (`python -m device_tests run` for {files}, "
-        "`bench/_timing.py torch` for PyTorch), batch 1; for each repeat every model runs once in an order that "
-        f"rotates between repeats. Latencies are medians over {s['repeats']} repeat(s) of "
+        f"`bench/_timing.py torch` for PyTorch{model2vec}), batch 1; for each repeat every model runs once in an "
+        f"order that rotates between repeats. Latencies are medians over {s['repeats']} repeat(s) of "
         f"{s['runs']} timed runs (after {s['warmup']} warmup) on "
         f"{s['timing_rows']} dev sentences drawn per repeat; ratios are taken pair by pair within each "
         "repeat, then the median. *Real lengths*: each sentence at its own token count (TFLite: the smallest "
@@ -90,8 +92,10 @@ def targets_section(result: dict) -> list[str]:
     lines = [
         "## Targets",
         "",
-        ("Student = the bundle's INT8 `model.onnx`. 1 = teacher in PyTorch FP32; 2 = teacher through Optimum "
-         "(the faster of its two INT8 variants on each line)."),
+        ("Student = the bundle's INT8 `model.onnx` (and its `model.tflite` where a line names it). 1 = teacher in "
+         "PyTorch FP32; 2 = teacher through Optimum (the faster of its two INT8 variants on each line); the fastest "
+         "peer = the fastest of the teacher's INT8 files (Optimum's two, litert-torch's dynamic-range TFLite) on "
+         "that line; the static tier = the static bundle's INT8 `model.onnx` and `model.tflite`, both."),
         "",
         "| | target | where | measured |",
         "|---|---|---|---|",

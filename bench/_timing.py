@@ -2,12 +2,14 @@
 two models timed in one process, or beside a busy one, inflate each other's latency).
 
     python bench/_timing.py torch --model DIR --inputs EVAL.npz --threads N --warmup W --runs R [--pad-to L] --json OUT
+    python bench/_timing.py model2vec --model DIR --inputs EVAL.npz --threads N --warmup W --runs R --json OUT
     python bench/_timing.py gemm --op matmulinteger|matmul --shape MxKxN --threads N --seconds S --json OUT
     python bench/_timing.py profile --model FILE.onnx --inputs EVAL.npz --threads N --runs R [--pad-to L] --json OUT
 
 ONNX and TFLite files are timed by the project's harness (`python -m device_tests run`), never here.
-`torch` mirrors that harness for a Hugging Face checkpoint in PyTorch eager: the same rows, warmup,
-timed region (the forward call only), statistics, peak RSS and separate untimed accuracy pass.
+`torch` mirrors that harness for a Hugging Face checkpoint in PyTorch eager, and `model2vec` for a model2vec
+pipeline: the same rows, warmup, timed region (the model's call only), statistics, peak RSS and separate
+untimed accuracy pass.
 """
 
 from __future__ import annotations
@@ -35,6 +37,48 @@ def _feed_length(data: EvalSet, row: int, pad_to: int | None) -> int:
     return pad_to or int(data.lengths[row])
 
 
+def _timed(data: EvalSet, prepare, infer, warmup: int, runs: int) -> tuple[float, list[float], np.ndarray]:
+    """The harness's protocol: a first call, `warmup` untimed calls, the timed rows (the call only, its input
+    prepared before the clock starts), then every row once, untimed, for the scores: (first ms, timed ms, outputs)."""
+    feed = prepare(0)
+    t0 = time.perf_counter_ns()
+    infer(feed)
+    first_ms = (time.perf_counter_ns() - t0) / 1e6
+    for i in range(warmup):
+        infer(prepare(i % data.n))
+    ms = []
+    for row in timed_rows(data.n, warmup, runs):
+        feed = prepare(row)
+        t0 = time.perf_counter_ns()
+        infer(feed)
+        ms.append((time.perf_counter_ns() - t0) / 1e6)
+    return first_ms, ms, np.concatenate([infer(prepare(r)) for r in range(data.n)])
+
+
+def _result(args, data: EvalSet, runtime: dict, model: dict, load_ms: float, timed: tuple) -> dict:
+    """The harness's JSON for a run of `_timed`."""
+    first_ms, ms, outputs = timed
+    result = {
+        "complete": True,
+        "runtime": {**runtime, "python": platform.python_version()},
+        "model": model,
+        "settings": {"threads": args.threads, "warmup": args.warmup, "runs": len(ms), "batch": 1,
+                     "pad_to": getattr(args, "pad_to", None)},
+        "load_ms": load_ms,
+        "first_inference_ms": first_ms,
+        "latency_ms": latency_stats(ms),
+        "throughput": len(ms) / (sum(ms) / 1000),
+        "peak_rss_mb": peak_rss_mb(),
+        "n_examples": data.n,
+        "warnings": [],
+    }
+    if data.labels is not None:
+        scores, predictions = metric(outputs, data.labels, data.task)
+        result.update(scores)
+        result["predictions"] = predictions
+    return result
+
+
 def run_torch(args) -> dict:
     """A transformers checkpoint (AutoModelForSequenceClassification, as its users load it) in FP32 eager."""
     import torch
@@ -55,43 +99,39 @@ def run_torch(args) -> dict:
     def infer(feed) -> np.ndarray:
         return model(**feed).logits.numpy()
 
-    ms = []
     with torch.inference_mode():
-        feed = prepare(0)
-        t0 = time.perf_counter_ns()
-        infer(feed)
-        first_ms = (time.perf_counter_ns() - t0) / 1e6
-        for i in range(args.warmup):
-            infer(prepare(i % data.n))
-        for row in timed_rows(data.n, args.warmup, args.runs):
-            feed = prepare(row)
-            t0 = time.perf_counter_ns()
-            infer(feed)
-            ms.append((time.perf_counter_ns() - t0) / 1e6)
-        logits = np.concatenate([infer(prepare(r)) for r in range(data.n)])
+        timed = _timed(data, prepare, infer, args.warmup, args.runs)
     weights = sorted(Path(args.model).glob("*.safetensors")) or sorted(Path(args.model).glob("pytorch_model*.bin"))
-    result = {
-        "complete": False,
-        "runtime": {"backend": "pytorch", "version": torch.__version__, "transformers": transformers.__version__,
-                    "attn_implementation": getattr(model.config, "_attn_implementation", None),
-                    "python": platform.python_version()},
-        "model": {"file": weights[0].name if weights else Path(args.model).name,
-                  "bytes": sum(p.stat().st_size for p in weights)},
-        "settings": {"threads": args.threads, "warmup": args.warmup, "runs": len(ms), "batch": 1, "pad_to": args.pad_to},
-        "load_ms": load_ms,
-        "first_inference_ms": first_ms,
-        "latency_ms": latency_stats(ms),
-        "throughput": len(ms) / (sum(ms) / 1000),
-        "peak_rss_mb": peak_rss_mb(),
-        "n_examples": data.n,
-        "warnings": [],
-    }
-    if data.labels is not None:
-        scores, predictions = metric(logits, data.labels, data.task)
-        result.update(scores)
-        result["predictions"] = predictions
-    result["complete"] = True
-    return result
+    return _result(args, data, {"backend": "pytorch", "version": torch.__version__,
+                                "transformers": transformers.__version__,
+                                "attn_implementation": getattr(model.config, "_attn_implementation", None)},
+                   {"file": weights[0].name if weights else Path(args.model).name,
+                    "bytes": sum(p.stat().st_size for p in weights)}, load_ms, timed)
+
+
+def run_model2vec(args) -> dict:
+    """A model2vec pipeline (StaticModelPipeline, as its users load it) called on each sentence's text, as its users
+    call it: its tokenizer runs inside the timed call, where the harness's models get token ids (the eval set's
+    `text` rows are the same sentences)."""
+    import model2vec
+    from model2vec.inference import StaticModelPipeline
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(args.threads)  # numpy's BLAS; the tokenizer is single-threaded at batch 1
+    data = EvalSet(args.inputs)
+    with np.load(args.inputs) as f:
+        texts = f["text"].tolist()
+    t0 = time.perf_counter()
+    pipeline = StaticModelPipeline.from_pretrained(args.model)
+    load_ms = (time.perf_counter() - t0) * 1000
+    timed = _timed(data, lambda row: [texts[row]], pipeline.predict_proba, args.warmup, args.runs)
+    return _result(args, data, {"backend": "model2vec", "version": model2vec.__version__},
+                   {"file": Path(args.model).name, "bytes": model2vec_bytes(args.model)}, load_ms, timed)
+
+
+def model2vec_bytes(folder) -> int:
+    """A model2vec model's size: every file save_pretrained writes (vectors, head, tokenizer, config), as shipped."""
+    return sum(f.stat().st_size for f in Path(folder).iterdir() if f.is_file())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,14 +211,15 @@ def run_profile(args) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
-    for timed in ("torch", "profile"):  # a model timed on an eval set, in this process
+    for timed in ("torch", "profile", "model2vec"):  # a model timed on an eval set, in this process
         t = sub.add_parser(timed)
         t.add_argument("--model", required=True)
         t.add_argument("--inputs", required=True)
         t.add_argument("--threads", type=int, default=1)
         t.add_argument("--warmup", type=int, default=10)
         t.add_argument("--runs", type=int, default=100)
-        t.add_argument("--pad-to", type=int)
+        if timed != "model2vec":  # it averages its tokens' vectors: there is nothing to pad
+            t.add_argument("--pad-to", type=int)
         t.add_argument("--json", required=True)
     g = sub.add_parser("gemm")
     g.add_argument("--op", required=True, choices=("matmulinteger", "matmul"))
@@ -188,7 +229,7 @@ def main(argv=None) -> int:
     g.add_argument("--seconds", type=float, default=2.0)
     g.add_argument("--json", required=True)
     args = p.parse_args(argv)
-    result = {"torch": run_torch, "gemm": run_gemm, "profile": run_profile}[args.what](args)
+    result = {"torch": run_torch, "model2vec": run_model2vec, "gemm": run_gemm, "profile": run_profile}[args.what](args)
     write_json(args.json, result, indent=1)
     return 0
 

@@ -1,10 +1,11 @@
 """Every figure side by side, from one run on this machine: the SST-2 teacher as users run it today
 (PyTorch FP32 eager; Hugging Face Optimum ONNX + O2 + dynamic INT8; litert-torch TFLite FP32 and
-dynamic-range INT8) against edgebert's compiled student (the bundle's ONNX INT8 and TFLite INT8, and an
-ExecuTorch INT8 .pte: the bundle's, else exported from the student checkpoint), and this CPU's own
-INT8/FP32 GEMM limit.
+dynamic-range INT8) and model2vec distilled from it, against edgebert's compiled student (the bundle's
+ONNX INT8 and TFLite INT8, and an ExecuTorch INT8 .pte: the bundle's, else exported from the student
+checkpoint) and its static tier (the static bundle's ONNX INT8 and TFLite INT8, when there is one), and
+this CPU's own INT8/FP32 GEMM limit.
 
-    python bench/compare.py [--teacher DIR] [--bundle DIR] [--data DIR] [--quick]
+    python bench/compare.py [--teacher DIR] [--bundle DIR] [--static-bundle DIR] [--data DIR] [--quick]
     python bench/compare.py --render          # BENCHMARKS.md again from bench/results/compare.json
 
 BENCHMARKS.md also shows bench/results/compile-cost.json (python bench/compile_cost.py) as it finds it.
@@ -13,7 +14,7 @@ BENCHMARKS.md also shows bench/results/compile-cost.json (python bench/compile_c
 unless --results/--markdown say otherwise, so a smoke run never replaces the reference figures.
 
 Every model is timed in its own process (`python -m device_tests run` for ONNX, TFLite and .pte files,
-bench/_timing.py for PyTorch): for each repeat, every model runs once, in an order that rotates
+bench/_timing.py for PyTorch and model2vec): for each repeat, every model runs once, in an order that rotates
 from repeat to repeat, so drift hits all of them; figures are medians over repeats, and each ratio
 is taken pair by pair within a repeat before its median. Accuracy is scored once per model and
 input shape over the whole SST-2 dev set (872), at 1 thread. Built files are cached under --work.
@@ -31,7 +32,7 @@ import os
 import sys
 from pathlib import Path
 
-from _figures import stage_costs
+from _figures import stage_costs, targets
 from _measure import ROOT, log, run
 from _render import render
 
@@ -40,6 +41,8 @@ from edgebert.pipeline.report import frontier_charts
 
 TEACHER = ROOT.parent / "shared" / "models" / "minilm-l6-sst2"
 BUNDLE = ROOT / "runs" / "default" / "bundle"
+STATIC_BUNDLE = ROOT / "runs" / "static-tier" / "bundle"
+STATIC_COMMAND = "edgebert compile edgebert/recipes/sst2-minilm-static.toml --teacher ... --out runs/static-tier"
 MRPC_BUNDLE = ROOT / "runs" / "mrpc" / "bundle"
 MRPC_COMMAND = "edgebert compile edgebert/recipes/mrpc-minilm.toml --out runs/mrpc"
 COMPILE_COST = ROOT / "bench" / "results" / "compile-cost.json"
@@ -75,6 +78,8 @@ def main(argv=None) -> int:
     p.add_argument("--teacher", default=str(TEACHER), help="the fine-tuned teacher checkpoint (Hugging Face folder)")
     p.add_argument("--bundle", default=str(BUNDLE), help="the bundle `edgebert compile "
                    "edgebert/recipes/sst2-minilm-long.toml --teacher ... --out runs/default` wrote")
+    p.add_argument("--static-bundle", default=str(STATIC_BUNDLE),
+                   help=f"the static tier's bundle `{STATIC_COMMAND}` wrote (its rows are left out when it is absent)")
     p.add_argument("--data", help="data root (default: EDGEBERT_DATA, else ../shared/data)")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 repeat, fewer runs, 200 dev sentences")
     p.add_argument("--work", default=str(WORK), help="built files, per-run JSONs and logs (cached between runs)")
@@ -100,8 +105,14 @@ def main(argv=None) -> int:
     args.markdown = args.markdown or str(quick_dir / "BENCHMARKS.md" if args.quick else MARKDOWN)
     if args.render:
         result = json.loads(Path(args.results).read_text())
+        result["targets"] = targets(result)  # targets added since the run: n/a where it lacks their rows
     else:
         import torch
+
+        if not (Path(args.static_bundle) / "manifest.json").is_file():
+            log(f"no static bundle at {args.static_bundle} (`{STATIC_COMMAND}` writes it): its rows are left out "
+                "and the static tier's targets are n/a")
+            args.static_bundle = None
 
         torch.set_num_threads(1)  # this process only tokenizes and loads configs; children do the timing
         result = run(args)

@@ -91,6 +91,36 @@ def test_torch_child_mirrors_the_harness(bench_scripts, tmp_path):
     assert bench_scripts.timing.timed_rows(6, 1, 8) == [1, 2, 3, 4, 5, 0, 1, 2]
 
 
+def test_model2vec_child_mirrors_the_harness_on_the_sentences_text(bench_scripts, tmp_path):
+    pytest.importorskip("model2vec", reason="model2vec is in the bench extra: pip install 'edgebert[bench]'")
+    from model2vec import StaticModel
+    from model2vec.inference import StaticModelPipeline
+    from model2vec.inference.mlp import Activation, Layer, MLPHead
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["[PAD]", "[UNK]"] + [f"w{i}" for i in range(30)]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    rng = np.random.default_rng(0)
+    head = MLPHead([Layer(rng.standard_normal((2, 8)).astype(np.float32), np.zeros(2, np.float32))],
+                   Activation.SOFTMAX, classes=np.array([0, 1]))
+    vectors = rng.standard_normal((len(words), 8)).astype(np.float32)
+    pipeline = StaticModelPipeline(StaticModel(vectors, tokenizer), head)
+    pipeline.save_pretrained(str(tmp_path / "m2v"))
+    data = write_eval(tmp_path / "ids.npz", n=6, t=16)
+    texts = [" ".join(f"w{i}" for i in rng.integers(0, 30, n)) for n in data["lengths"]]
+    np.savez(tmp_path / "dev.npz", **data, text=np.array(texts))
+    out = tmp_path / "m.json"
+    _child("model2vec", "--model", tmp_path / "m2v", "--inputs", tmp_path / "dev.npz", "--threads", 1, "--warmup", 1,
+           "--runs", 5, "--json", out)
+    r = json.loads(out.read_text())
+    assert r["complete"] and r["settings"]["runs"] == 5 and r["n_examples"] == 6 and r["settings"]["pad_to"] is None
+    assert set(r["latency_ms"]) == {"min", "p50", "p90", "p99", "max", "mean", "std"} and r["peak_rss_mb"] > 0
+    assert r["model"]["bytes"] == sum(f.stat().st_size for f in (tmp_path / "m2v").iterdir())
+    assert r["predictions"] == pipeline.predict(texts).tolist()
+    assert r["accuracy"] == pytest.approx(float(np.mean(np.array(r["predictions"]) == data["labels"])))
+
+
 def test_measure_runs_the_harness_and_counts_useful_flops(bench_scripts, tiny_onnx, tmp_path):
     measure, figures = bench_scripts.measure, bench_scripts.figures
     from edgebert.model import EncoderConfig
@@ -169,9 +199,9 @@ def _synthetic(bench, pte_na: str | None = None):
                                              "gops_p50": 50.0}]
     mach = {"cpu_model": "Test CPU 9000", "architecture": "x86_64", "cores": 2, "cores_usable": 2,
             "isa_features": ["AVX2"], "vnni": False, "os": "Linux", "python": "3.11", "load_average": [0.3, 0.3, 0.3]}
-    args = SimpleNamespace(quick=False, teacher="t", bundle="b", data=None)
+    args = SimpleNamespace(quick=False, teacher="t", bundle="b", static_bundle=None, data=None)
     settings = dict(bench.measure.FULL)
-    sets = {"teacher": {"n": 872}, "student": {"n": 872}, "same_tokenization": True}
+    sets = {"teacher": {"n": 872, "path": "dev.npz"}, "student": {"n": 872, "path": "dev.npz"}}
     manifest = {"task": {"metric": "accuracy"}, "stages": [
         {"name": "distill", "params": {"total": 15}, "bytes": 60, "flops": 9e8, "metrics": {"accuracy": 0.90}, "wall_s": 1},
         {"name": "prune", "params": {"total": 13}, "bytes": 50, "flops": 5e8, "metrics": {"accuracy": 0.895}, "wall_s": 1,
@@ -213,6 +243,47 @@ def test_ratios_are_pair_by_pair_and_the_baseline_is_the_faster_optimum(bench_sc
     assert accuracy["pass"] is True and accuracy["value"] == pytest.approx(0.69)
     assert lines[("within 1", f"student-tflite-int8, padded {bench_scripts.figures.PAD}")]["pass"] is True
     json.dumps(result)  # the results file is plain JSON
+
+
+def test_the_fastest_peer_threads_size_and_static_tier_targets(bench_scripts):
+    figures = bench_scripts.figures
+    result = _synthetic(bench_scripts)
+    lines = {(t["target"], t["where"]): t for t in result["targets"]}
+    where = "batch 1, real lengths, 1 thread(s)"
+    peer = lines[("≥ 4× faster than the fastest peer", f"student-onnx-int8, {where}")]
+    # optimum-int8 is the fastest of the teacher's INT8 files (median 7 ms); pair by pair: 6/1, 7/2, 8/4
+    assert peer["peer"] == "optimum-int8" and peer["value"] == 3.5 and peer["pass"] is False
+    tflite = lines[("≥ 4× faster than the fastest peer", f"student-tflite-int8, {where}")]
+    assert tflite["value"] == pytest.approx(7 / 3)  # 6/2, 7/3, 8/4
+    assert lines[("≥ 10× smaller than 1", "file bytes")]["pass"] is True
+    assert lines[("≥ 14× smaller than 1", "file bytes")]["pass"] is False
+    half = lines[("within 0.5 points of the teacher's SST-2 dev accuracy", "student-tflite-int8, real lengths")]
+    assert half["value"] == pytest.approx(0.69) and half["pass"] is False
+    scaling = lines[("≥ 1.6× faster at 2 threads than at 1", "student-onnx-int8, batch 1, real lengths")]
+    assert scaling["pass"] is None  # a run at 1 thread only
+    static = [t for t in result["targets"] if t["target"].startswith("static tier")]
+    assert [t["pass"] for t in static] == [None, None] and all("no static bundle" in t["display"] for t in static)
+    two = {**result["timing"]["t1"]["real"]["student-onnx-int8"], "p50_by_repeat": [0.5, 1.0, 2.5]}
+    result["timing"]["t2"] = {c: {"student-onnx-int8": two} for c in figures.CONDITIONS}
+    result["baseline_2"]["t2"] = result["baseline_2"]["t1"]
+    for mid, accuracy, size, p50 in (("static-onnx-int8", 0.85, 1_900_000, 0.05),
+                                     ("static-tflite-int8", 0.845, 1_990_000, 0.08)):
+        result["models"][mid] = {"accuracy": {"real": {"accuracy": accuracy}}, "bytes": size}
+        result["timing"]["t1"]["real"][mid] = {"p50_ms": p50}
+    lines = {(t["target"], t["where"]): t for t in figures.targets(result)}
+    scaling = lines[("≥ 1.6× faster at 2 threads than at 1", "student-onnx-int8, batch 1, real lengths")]
+    assert scaling["value"] == 2.0 and scaling["pass"] is True  # 1/0.5, 2/1, 4/2.5
+    both = "the static bundle's model.onnx and model.tflite"
+    small = lines[("static tier ≥ 84% SST-2 dev accuracy at ≤ 2 MB", f"{both}, real lengths")]
+    assert small["pass"] is True
+    assert small["display"] == "model.onnx 85.00%, 1,900,000 bytes; model.tflite 84.50%, 1,990,000 bytes"
+    fast = lines[("static tier ≤ 0.1 ms", f"{both}, {where}")]
+    assert fast["pass"] is True and fast["display"] == "model.onnx 0.050 ms; model.tflite 0.080 ms"
+    result["models"]["static-tflite-int8"]["bytes"] = 2_100_000  # both files must fit
+    assert next(t for t in figures.targets(result) if t["target"].startswith("static tier ≥"))["pass"] is False
+    result["targets"] = figures.targets(result)
+    rendered = bench_scripts.render.targets_section(result)
+    assert any(line.startswith("| PASS | static tier ≤ 0.1 ms |") for line in rendered)
 
 
 def test_an_accuracy_drop_comes_with_its_paired_interval(bench_scripts):
