@@ -77,6 +77,23 @@ def test_outputs_on_kept_tokens_are_unchanged(tiny_tokenizer, kind):
     assert result.model.config.pad_token_id == result.tokenizer.pad_token_id
 
 
+def test_position_rows_past_the_longest_input_go_and_the_outputs_stay(tiny_tokenizer, tmp_path):
+    from edgebert import checkpoint
+
+    model = tiny_model(vocab_size=len(tiny_tokenizer))  # 64 positions; the data is encoded to 32 tokens
+    before = _logits(model, tiny_tokenizer, TRAIN[0])
+    result = prune_vocab(model, VocabConfig(), _data(tiny_tokenizer, TRAIN))
+    assert result.model.config.max_positions == 32 == embeddings(result.model).position.weight.shape[0]
+    assert result.record.details["positions_dropped"] == 32
+    again = checkpoint.load(checkpoint.save(result.model, tmp_path / "m"))
+    torch.testing.assert_close(_logits(again, result.tokenizer, TRAIN[0]), before, rtol=0, atol=1e-6)
+    with pytest.raises(EdgebertError, match="33"):  # a longer input is refused in one line, as before at 65
+        again(torch.ones(1, 33, dtype=torch.long))
+    kept = prune_vocab(tiny_model(vocab_size=len(tiny_tokenizer)), VocabConfig(keep_positions=True),
+                       _data(tiny_tokenizer, TRAIN))
+    assert kept.model.config.max_positions == 64 and kept.record.details["positions_dropped"] == 0
+
+
 def test_record_gives_sizes_changed_tokens_and_metric(tiny_tokenizer, tmp_path):
     corpus = tmp_path / "app.txt"
     corpus.write_text("playing\n")
