@@ -76,8 +76,8 @@ def frontier(result: dict, folder: Path) -> dict[str, Path]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--teacher", default=str(TEACHER), help="the fine-tuned teacher checkpoint (Hugging Face folder)")
-    p.add_argument("--bundle", default=str(BUNDLE), help="the bundle `edgebert compile "
-                   "edgebert/recipes/sst2-minilm-long.toml --teacher ... --out runs/default` wrote")
+    p.add_argument("--bundle", default=str(BUNDLE), help="the bundle `edgebert compile --teacher ... "
+                   "--out runs/default` wrote (from the teacher the run compares against)")
     p.add_argument("--static-bundle", default=str(STATIC_BUNDLE),
                    help=f"the static tier's bundle `{STATIC_COMMAND}` wrote (its rows are left out when it is absent)")
     p.add_argument("--data", help="data root (default: EDGEBERT_DATA, else ../shared/data)")
