@@ -234,13 +234,24 @@ def _student(ckpt: Path) -> tuple[object, str]:
                f"{[c.heads(i) for i in range(c.num_layers)]}, FFN {[c.ffn(i) for i in range(c.num_layers)]}")
 
 
-def _student_tflite_pad(manifest: dict, tfl_sigs: list[int], ckpt: Path | None, why: str,
-                        work: Path) -> tuple[dict | None, str]:
+def _shorter(longest: int | None) -> str | None:
+    """Why no file of the student takes PAD tokens, when its position table stops before (the vocab stage keeps
+    the rows the bundle's max_length reads); None when one can."""
+    if longest is None or longest >= PAD:
+        return None
+    return (f"n/a: the student reads at most {longest} tokens (the bundle's max_length; its position table stops "
+            f"there), so no file of it takes {PAD}")
+
+
+def _student_tflite_pad(manifest: dict, tfl_sigs: list[int], ckpt: Path | None, why: str, work: Path,
+                        longest: int | None = None) -> tuple[dict | None, str]:
     """The student's TFLite file for padded-PAD inputs: (what was built here, or None; how it was chosen).
     The bundle's own when it has a seq_PAD signature, else one exported here from the student checkpoint."""
     if tfl_sigs and max(tfl_sigs) >= PAD:
         return None, f"the bundle's model.tflite has seq_{max(tfl_sigs)}"
     stops = f"the bundle's model.tflite stops at seq_{max(tfl_sigs) if tfl_sigs else '?'}"
+    if _shorter(longest):
+        return None, _shorter(longest)
     if not ckpt:
         return None, f"n/a: {stops} and {why}, so no seq_{PAD} file could be exported"
     options = tflite_int8_options(manifest)
@@ -252,8 +263,8 @@ def _student_tflite_pad(manifest: dict, tfl_sigs: list[int], ckpt: Path | None, 
                    f"through the same path (litert-torch FP32, then DynamicInt8Config {options})")
 
 
-def _student_pte(bundle: Path, manifest: dict, ckpt: Path | None, why: str,
-                 work: Path) -> tuple[Path | None, str, dict | None]:
+def _student_pte(bundle: Path, manifest: dict, ckpt: Path | None, why: str, work: Path,
+                 longest: int | None = None) -> tuple[Path | None, str, dict | None]:
     """The student's INT8 .pte, one file for real and padded lengths alike (it takes dynamic shapes): (the file,
     or None; where it came from, or why there is none; what was built here, or None). The bundle's model.pte
     when it takes PAD tokens, else one exported here from the student checkpoint; never an exception, so a
@@ -267,16 +278,17 @@ def _student_pte(bundle: Path, manifest: dict, ckpt: Path | None, why: str,
     has = f"the bundle's model.pte takes {takes} tokens" if own.is_file() else "the bundle has no model.pte"
     if not ckpt:
         return None, f"n/a: {has} and {why}, so none could be exported", None
+    length = min(PAD, longest or PAD)
     try:
-        built = cached_build(PTE, ["pte", "--model", str(ckpt), "--int8", "--max-length", str(PAD)],
-                             {"model": sha256(str(ckpt / "model.safetensors")), "max_length": PAD,
+        built = cached_build(PTE, ["pte", "--model", str(ckpt), "--int8", "--max-length", str(length)],
+                             {"model": sha256(str(ckpt / "model.safetensors")), "max_length": length,
                               "v": versions(*DISTS)}, work)
     except ChildFailed as e:
         return None, f"n/a: {has}, and exporting one from the student checkpoint failed: {e}", None
     return work / PTE / built["files"]["int8"], (
-        f"{has}: export.export(ExecuTorchExportConfig(precision='int8', max_length={PAD})) of the student checkpoint, "
-        "lowered to XNNPACK (its PT2E quantizer: int8 weights per channel, int8 activations per call; word tables "
-        f"float); the runtime plans memory for the longest input, so the file stops at {PAD}, the bench's longest"), built
+        f"{has}: export.export(ExecuTorchExportConfig(precision='int8', max_length={length})) of the student "
+        "checkpoint, lowered to XNNPACK (its PT2E quantizer: int8 weights per channel, int8 activations per call; "
+        f"word tables float); the runtime plans memory for the longest input, so the file stops at {length}"), built
 
 
 def _describe_files(m: dict) -> None:
@@ -403,8 +415,11 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
     if ckpt:
         student_config, notes["student_params"] = _student(ckpt)
     tfl_sigs = manifest.get("inputs", {}).get("files", {}).get("model.tflite", {}).get("lengths") or []
-    student_tfl, notes["student_tflite_pad"] = _student_tflite_pad(manifest, tfl_sigs, ckpt, why, work)
-    pte, pte_how, student_pte = _student_pte(bundle, manifest, ckpt, why, work)
+    longest = student_config.max_length if student_config is not None else None
+    student_tfl, notes["student_tflite_pad"] = _student_tflite_pad(manifest, tfl_sigs, ckpt, why, work, longest)
+    pte, pte_how, student_pte = _student_pte(bundle, manifest, ckpt, why, work, longest)
+    pte_na = {c: pte_how for c in CONDITIONS} if not pte else {f"pad{PAD}": _shorter(longest)} if _shorter(longest) \
+        else {}
 
     trims = trims_padding(bundle / "model.onnx")
     real_tfl = _harness(bundle / "model.tflite", "litert")
@@ -425,8 +440,8 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
          "na": {f"pad{PAD}": notes["student_tflite_pad"]} if pad_tfl is None else {}},
         {"id": PTE, "group": "4", "label": "edgebert student · ExecuTorch .pte (INT8, XNNPACK)", "int8": True,
          "eval": "student", "config": student_config, "how": pte_how,
-         "run": {c: pte and _harness(pte, "executorch") for c in CONDITIONS},
-         "na": {} if pte else {c: pte_how for c in CONDITIONS}},
+         "run": {c: _harness(pte, "executorch") if pte and c not in pte_na else None for c in CONDITIONS},
+         "na": pte_na},
     ]
     if args.static_bundle:
         models += _static_models(Path(args.static_bundle))

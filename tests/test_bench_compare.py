@@ -434,3 +434,9 @@ def test_the_executorch_row_is_built_from_the_checkpoint_and_runs_both_shapes(be
     for cond in figures.CONDITIONS:
         r = measure.measure(model, cond, tmp_path / "dev.npz", 1, 1, 3, tmp_path / f"{cond}.json", {})
         assert r["complete"] and r["n_examples"] == 6 and r["settings"]["pad_to"] == (None if cond == "real" else figures.PAD)
+
+
+def test_a_student_shorter_than_the_padded_shape_has_no_padded_files(bench_scripts, tmp_path):
+    measure = bench_scripts.measure
+    built, how = measure._student_tflite_pad({}, [16, 32, 64], tmp_path, "", tmp_path, longest=64)
+    assert built is None and how.startswith("n/a: the student reads at most 64 tokens")
