@@ -130,6 +130,8 @@ CUTS = [
      _cut(prune={"recovery": {"hidden_weight": 1.0}})),
     ("the fine-tune keeps a moving average of its weights, the teacher it chooses (costs time)",
      _cut(finetune={"train": {"ema": 0.999}})),
+    ("the vocabulary keeps the tokens the training text uses, not every whole word too (2.1 MB smaller files)",
+     _cut(vocab={"keep_words": False})),
 ]
 
 
