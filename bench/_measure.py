@@ -250,8 +250,8 @@ def _student_tflite_pad(manifest: dict, tfl_sigs: list[int], ckpt: Path | None, 
     if tfl_sigs and max(tfl_sigs) >= PAD:
         return None, f"the bundle's model.tflite has seq_{max(tfl_sigs)}"
     stops = f"the bundle's model.tflite stops at seq_{max(tfl_sigs) if tfl_sigs else '?'}"
-    if _shorter(longest):
-        return None, _shorter(longest)
+    if short := _shorter(longest):
+        return None, short
     if not ckpt:
         return None, f"n/a: {stops} and {why}, so no seq_{PAD} file could be exported"
     options = tflite_int8_options(manifest)
@@ -418,8 +418,8 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
     longest = student_config.max_length if student_config is not None else None
     student_tfl, notes["student_tflite_pad"] = _student_tflite_pad(manifest, tfl_sigs, ckpt, why, work, longest)
     pte, pte_how, student_pte = _student_pte(bundle, manifest, ckpt, why, work, longest)
-    pte_na = {c: pte_how for c in CONDITIONS} if not pte else {f"pad{PAD}": _shorter(longest)} if _shorter(longest) \
-        else {}
+    short = _shorter(longest)
+    pte_na = {c: pte_how for c in CONDITIONS} if not pte else {f"pad{PAD}": short} if short else {}
 
     trims = trims_padding(bundle / "model.onnx")
     real_tfl = _harness(bundle / "model.tflite", "litert")

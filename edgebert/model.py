@@ -599,6 +599,13 @@ class TaskModel(nn.Module):
         return self.pools and self.head.pooling == "cls"
 
 
+def check_ngrams(window: int, features: int, where: str) -> None:
+    """An n-gram window is odd, so each token's features are centred on it and the length stays."""
+    if window < 1 or window % 2 == 0 or features < 1:
+        raise EdgebertError(f"{where}.ngram_window must be odd (3 reads a token and its two neighbours) and "
+                            f"ngram_features ≥ 1, got {window} and {features}")
+
+
 class Ngrams(nn.Module):
     """Features of every window of `window` tokens (a 1-D convolution, then ReLU; Kim's sentence CNN), so that a
     model with no attention still reads "not good" apart from "good". Padding rows are zeroed first: a token at a
@@ -606,9 +613,7 @@ class Ngrams(nn.Module):
 
     def __init__(self, width: int, window: int, features: int):
         super().__init__()
-        if window < 1 or window % 2 == 0 or features < 1:
-            raise EdgebertError(f"HeadConfig.ngram_window must be odd and ngram_features ≥ 1, got {window} and "
-                                f"{features}")
+        check_ngrams(window, features, "HeadConfig")
         self.conv = nn.Conv1d(width, features, window, padding=window // 2)
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

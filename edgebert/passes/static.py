@@ -23,7 +23,7 @@ from torch import nn
 from ..config import Config
 from ..data import TaskData
 from ..errors import EdgebertError
-from ..model import EncoderConfig, SequenceClassifier, TaskModel, build, embeddings, encoder_of
+from ..model import EncoderConfig, SequenceClassifier, TaskModel, build, check_ngrams, embeddings, encoder_of
 from .augment import AugmentConfig
 from .distill import DistillConfig, distill
 from .share import token_frequencies
@@ -46,9 +46,7 @@ class StaticConfig(Config):
     def __post_init__(self):
         if self.dim < 2:
             raise EdgebertError(f"StaticConfig.dim must be at least 2, got {self.dim}")
-        if self.ngram_window < 1 or self.ngram_window % 2 == 0 or self.ngram_features < 1:
-            raise EdgebertError(f"StaticConfig.ngram_window must be odd (3 reads a token and its two neighbours) and "
-                                f"ngram_features ≥ 1, got {self.ngram_window} and {self.ngram_features}")
+        check_ngrams(self.ngram_window, self.ngram_features, "StaticConfig")
         if self.sif < 0:
             raise EdgebertError(f"StaticConfig.sif must be ≥ 0 (0 = no weighting), got {self.sif}")
         if self.distill.makes_student or self.distill.hidden_weight or self.distill.attention_weight \
@@ -66,6 +64,15 @@ def check_width(config: StaticConfig, hidden_size: int) -> None:
     if config.dim > hidden_size:
         raise EdgebertError(f"static.dim {config.dim} is wider than the teacher's {hidden_size} hidden units: use at "
                             f"most {hidden_size}")
+
+
+def check_tokenizer(tokenizer) -> None:
+    """Each token is read alone between [CLS] and [SEP]."""
+    if tokenizer is None or tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        given = "no tokenizer was given (TaskData(..., tokenizer=))" if tokenizer is None else \
+            "this tokenizer lacks one"
+        raise EdgebertError(f"a static student reads each token between [CLS] and [SEP], and {given}: use a tokenizer "
+                            "with both, or drop \"static\" from stages")
 
 
 @torch.no_grad()
@@ -110,9 +117,7 @@ def static_student(teacher: TaskModel, data: TaskData, config: StaticConfig) -> 
     module docstring)."""
     student = static_shape(teacher, config)
     tokenizer = data.tokenizer
-    if tokenizer is None or tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise EdgebertError("a static student reads each token between [CLS] and [SEP]: pass TaskData(..., "
-                            "tokenizer=) with a tokenizer that has both")
+    check_tokenizer(tokenizer)
     table = principal(token_vectors(teacher, tokenizer.cls_token_id, tokenizer.sep_token_id), config.dim)
     if config.sif:
         counts = token_frequencies(teacher, data.train)[0]

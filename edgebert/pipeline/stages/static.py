@@ -3,7 +3,7 @@ a classifier, distilled from it."""
 
 from edgebert import data
 from edgebert.errors import EdgebertError
-from edgebert.passes.static import StaticConfig, check_width, static, static_shape
+from edgebert.passes.static import StaticConfig, check_tokenizer, check_width, static, static_shape
 
 from ..context import pass_stage
 from ..resources import Training
@@ -17,9 +17,7 @@ def check(recipe, options: StaticConfig, encoder, tokenizer) -> None:
         raise EdgebertError(f"stages: a static student pools a sentence's context-free token vectors into one, so "
                             f"it has no {kind} head: drop \"static\" for the {recipe.task} task")
     check_width(options, encoder.hidden_size)
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise EdgebertError("static reads each token between [CLS] and [SEP], and this tokenizer lacks one: "
-                            "drop \"static\" from stages")
+    check_tokenizer(tokenizer)
 
 
 register(Stage(name="static", options=StaticConfig, run=pass_stage(static, cache=StaticConfig.cached_in),
