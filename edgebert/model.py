@@ -607,18 +607,24 @@ def check_ngrams(window: int, features: int, where: str) -> None:
 
 
 class Ngrams(nn.Module):
-    """Features of every window of `window` tokens (a 1-D convolution, then ReLU; Kim's sentence CNN), so that a
-    model with no attention still reads "not good" apart from "good". Padding rows are zeroed first: a token at a
-    sentence's end sees zeros beyond it however far the batch is padded."""
+    """Features of every window of `window` tokens (Kim's sentence CNN: the window's vectors side by side, through
+    one linear layer, then ReLU), so that a model with no attention still reads "not good" apart from "good".
+    Padding rows are zeroed first: a token at a sentence's end sees zeros beyond it however far the batch is
+    padded. The window is a MatMul, not a Conv1d: ONNX Runtime's ConvInteger took 0.15 ms of a 0.17 ms static
+    student, its DynamicQuantizeMatMul about a tenth of that."""
 
     def __init__(self, width: int, window: int, features: int):
         super().__init__()
         check_ngrams(window, features, "HeadConfig")
-        self.conv = nn.Conv1d(width, features, window, padding=window // 2)
+        self.window = window
+        self.linear = nn.Linear(window * width, features)
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         x = x * attention_mask.unsqueeze(-1).to(x.dtype)
-        return F.relu(self.conv(x.transpose(1, 2))).transpose(1, 2)
+        side = self.window // 2
+        padded = F.pad(x, (0, 0, side, side))
+        windows = torch.cat([padded[:, i : i + x.shape[1]] for i in range(self.window)], dim=-1)
+        return F.relu(self.linear(windows))
 
 
 class Pooler(nn.Module):

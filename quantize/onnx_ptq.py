@@ -210,7 +210,7 @@ def dynamic(src: Path, dst: Path, *, target: str, per_channel: bool, embeddings:
     from onnxruntime.quantization import quantize_dynamic
 
     _, weight, reduce_range = _quant_types(target)
-    ops = ["MatMul", "Attention", "Conv"] + (["EmbedLayerNormalization"] if embeddings else [])
+    ops = ["MatMul", "Attention"] + (["EmbedLayerNormalization"] if embeddings else [])
     logging.disable(logging.WARNING)
     try:
         quantize_dynamic(str(src), str(dst), op_types_to_quantize=ops, per_channel=per_channel,

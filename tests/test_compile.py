@@ -6,12 +6,14 @@ import shutil
 import subprocess
 import sys
 
+import onnx
 import pytest
 import torch
 
 from dataclasses import replace
 
 from edgebert import EdgebertError
+from edgebert.export.onnx import all_nodes
 from edgebert.pipeline import compile as compiler
 from edgebert.pipeline import recipe as recipes
 from edgebert.pipeline.context import StageRecord
@@ -134,6 +136,9 @@ bench = false
     for name in ("model.onnx", "model.tflite"):
         assert manifest["verification"][name]["verify"]["agreement"] > 0.9
     assert "skipped" in manifest["hf"]  # no transformers config for a model without layers
+    ops = [n.op_type for n in all_nodes(onnx.load(str(bundle / "model.onnx")).graph)]
+    assert ops.count("MatMulInteger") == 2  # the n-gram window and the classifier: ORT's ConvInteger took 0.15 ms of
+    assert not {"Conv", "ConvInteger"} & set(ops)  # a 0.17 ms static student
     # the vocab stage re-encoded the data with its smaller vocabulary; the teacher is scored on its own ids
     ctx = context(recipe, tmp_path / "fresh", str(tiny_sst2))
     teacher = 100 * evaluate(task_model(tiny_checkpoint, ctx.task), ctx.data.eval)["accuracy"]

@@ -4,7 +4,7 @@ Its token vectors follow model2vec's recipe, taken from the task teacher rather 
 vocabulary token's vector is the teacher's last hidden state for it alone (`[CLS] token [SEP]`), cut to its first
 `dim` principal components and weighted by SIF, a / (a + p(token)) with p counted on the training text
 (model2vec's Zipf weighting, from counts instead of vocabulary rank). The student is an edgebert model with zero
-layers: that word table, n-gram features over windows of tokens (a 1-D convolution, Kim's sentence CNN), a
+layers: that word table, n-gram features over windows of tokens (Kim's sentence CNN, as one linear layer), a
 mask-aware maximum, and the classifier. Distillation on the teacher's soft labels, over the training text and
 word-swapped copies of it, then trains table and head together. A mean of the vectors with an MLP head
 (model2vec's classifier) stopped near 82.5% on SST-2 dev here, with or without the copies; the windows with the
