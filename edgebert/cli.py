@@ -55,7 +55,6 @@ def _inspect(args: argparse.Namespace) -> None:
         print(f"{key:<{width}}  {value}")
 
 
-RECIPES = Path(__file__).parent / "recipes"
 QUICK_TRADE = ("edgebert: --quick trains on {data} for a few hundred steps per stage, minutes instead "
                "of the full recipe's hours, and its model is far less accurate (sst2-minilm-quick.toml says by how "
                "much): a first look and a CI check, not a model to ship")
@@ -72,11 +71,13 @@ def _compile(args: argparse.Namespace) -> None:
         args.output.mute()
     if args.recipe and args.quick:
         raise EdgebertError("--quick picks the packaged quick recipe: pass either a RECIPE or --quick")
-    source = Path(args.recipe) if args.recipe else RECIPES / ("sst2-minilm-quick.toml" if args.quick else "sst2-minilm.toml")
+    files = {"dev": args.dev_file, "text": args.text_column, "pair": args.pair_column, "label": args.label_column,
+             "kind": args.kind}  # the data flags: DataConfig's fields
+    source = Path(args.recipe) if args.recipe else recipes.RECIPES / "sst2-minilm-quick.toml" if args.quick else \
+        recipes.for_task(args.task, **files)  # the task's kind picks the packaged recipe
     recipe = recipes.with_device(recipes.load(source), args.device, args.precision)  # a missing GPU: refused first
     overrides = {name: getattr(args, name) for name in ("model", "teacher", "on_bad_row") if getattr(args, name)}
-    recipe = recipes.with_data(replace(recipe, **overrides), args.task, dev=args.dev_file, text=args.text_column,
-                               pair=args.pair_column, label=args.label_column, kind=args.kind)
+    recipe = recipes.with_data(replace(recipe, **overrides), args.task, **files)
     if args.quick:
         data = f"at most {recipe.train_limit:,} examples of {args.task}" if args.task else \
             f"{recipe.train_limit:,} SST-2 sentences"
@@ -116,7 +117,8 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--data", help="data folder (default: $EDGEBERT_DATA, else ../shared/data; "
                       "with neither, --quick reads the SST-2 sample packaged with edgebert)")
     comp.add_argument("--task", help="override the recipe's task: sst2, mrpc, stsb, conll2003, or your own "
-                      ".csv/.tsv/.jsonl training file (the recipe's [data] train)")
+                      ".csv/.tsv/.jsonl training file (the recipe's [data] train); with no recipe, the packaged one for "
+                      "its kind, its steps scaled to the data's size")
     comp.add_argument("--dev-file", help="your own dev file (default: [data] dev, else dev_fraction of train, seeded)")
     comp.add_argument("--text-column", help="your files' text column ([data] text, default \"text\")")
     comp.add_argument("--pair-column", help="your files' second-text column, for pair tasks ([data] pair)")

@@ -5,12 +5,14 @@ data files' hashes in the stage cache key. Compiles run conftest's fault-kit che
 import json
 import random
 import sys
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from builders import PASS_WORDS
 from edgebert.cli import main
+from edgebert import data
 from edgebert.data import DataConfig, Example, load_data, load_table
 from edgebert.errors import EdgebertError
 from edgebert.pipeline import recipe as recipes
@@ -287,3 +289,50 @@ bench = false
     assert manifest["data"]["dev"]["rows"] == 872 and manifest["data"]["train"]["rows"] == 2000
     check = manifest["verification"]["model.onnx"]["verify"]  # measured: 0.63 float, 0.625 INT8 (majority 0.52)
     assert check["metric"] == "accuracy" and check["value"] > 0.56 and check["agreement"] > 0.9, check
+
+
+def test_the_task_kind_picks_the_packaged_recipe(files):
+    """`edgebert compile --task X` with no recipe starts from the packaged recipe of X's kind."""
+    def picked(task=None, **fields):
+        return recipes.for_task(task, **fields).name
+
+    assert picked() == picked("sst2") == picked(str(files / "reviews.csv"), text="sentence") == "sst2-minilm.toml"
+    assert picked("mrpc") == picked(str(files / "pairs/train.jsonl"), text="sentence", pair="question") \
+        == "mrpc-minilm.toml"
+    assert picked("stsb") == picked(str(files / "scores.tsv"), label="score") == "stsb-minilm.toml"
+    assert picked(str(files / "reviews.csv"), text="sentence", kind="regression") == "stsb-minilm.toml"
+    assert picked("conll2003") == "conll2003-minilm.toml"
+    assert picked("stsb-embedding") == "stsb-minilm-embedding.toml"
+    for kind, name in recipes.BY_KIND.items():  # each kind's recipe is packaged and reads a task of that kind
+        assert data.get_task(recipes.load(recipes.RECIPES / name).task).kind == kind
+    with pytest.raises(EdgebertError, match='data.text: column "sentence" not in scores.tsv'):
+        picked(str(files / "scores.tsv"), text="sentence")  # a wrong column is named before any work
+
+
+def test_step_counts_follow_the_data_size(files, fault_kit, capsys, monkeypatch):
+    """A recipe's `sized_for` scales every training run's steps, eval_every and warmup counts to the data."""
+    recipe = recipes.parse(f'model = "{fault_kit.ckpt}"\nsized_for = 360\n' + FAST + """
+[prune.recovery.train]
+steps = 40
+eval_every = 20
+warmup = 10
+""")
+    tenth = recipes.sized(recipe, 36)
+    unsized = replace(recipe, sized_for=0)
+    assert recipes.sized(recipe, 360) is recipe and recipes.sized(unsized, 36) is unsized
+    train = tenth.stage("prune").recovery.train
+    assert (train.steps, train.eval_every, train.warmup) == (4, 2, 1)
+    finetune = recipe.stage("finetune").train
+    assert tenth.stage("finetune").train == finetune.replace(steps=max(1, round(finetune.steps / 10)),
+                                                             warmup=finetune.warmup)  # a fraction stays
+    monkeypatch.chdir(files)  # reviews.csv: 36 training rows once dev is carved, so twice sized_for = 18
+    _, manifest = compile_cli(capsys, fault_kit, files / "out", f"sized_for = 18\n{FAST}", "--task", "reviews.csv",
+                              "--text-column", "sentence")
+    assert manifest["stages"][0]["steps"] == 2 * finetune.steps
+
+
+def test_each_packaged_recipe_is_sized_for_its_own_training_split(data_dir):
+    """On the data it was written for, a packaged recipe runs its step counts as written."""
+    for name in recipes.BY_KIND.values():
+        recipe = recipes.load(recipes.RECIPES / name)
+        assert recipe.sized_for == len(data.load_task(recipe.task, "train", data_dir=data_dir)), name

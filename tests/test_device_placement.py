@@ -15,7 +15,6 @@ from edgebert.pipeline import recipe as recipes
 from edgebert.pipeline.stages import STAGES
 
 GPU = torch.cuda.is_available() or torch.backends.mps.is_available()
-RECIPES = Path(recipes.__file__).parents[1] / "recipes"
 
 
 @pytest.mark.skipif(GPU, reason="auto takes the GPU here")
@@ -85,7 +84,7 @@ def test_keys_hold_the_precision_when_it_is_not_fp32_and_never_the_device():
 
 
 def test_the_recipe_trains_where_the_flags_say_and_keeps_its_keys_when_they_change_nothing():
-    recipe = recipes.load(RECIPES / "sst2-minilm.toml")
+    recipe = recipes.load(recipes.RECIPES / "sst2-minilm.toml")
     keys = {name: STAGES.get(name).cache_key(recipe) for name in recipe.stages}
     native = Accelerator.resolve("cpu")[1]  # what auto is on this CPU
     assert {name: STAGES.get(name).cache_key(recipes.with_device(recipe, "cpu", native)) for name in recipe.stages} \

@@ -5,7 +5,6 @@ that need more than it holds say in one line, before any work, what to pass."""
 import pytest
 
 from edgebert import data
-from edgebert.cli import RECIPES
 from edgebert.errors import EdgebertError
 from edgebert.pipeline import recipe as recipes
 from edgebert.pipeline.context import _limited, context
@@ -19,7 +18,7 @@ def no_data_folder(tmp_path, monkeypatch):
 
 
 def test_the_sample_is_the_quick_recipes_rows_of_the_full_file(data_dir):
-    quick = recipes.load(RECIPES / "sst2-minilm-quick.toml")
+    quick = recipes.load(recipes.RECIPES / "sst2-minilm-quick.toml")
     full = data.load_task("sst2", "train", data_dir=data_dir)
     packaged = data.load_task("sst2", "train", data_dir=data.EMBEDDED_DATA)
     assert len(packaged) == quick.train_limit == data.tasks.EMBEDDED_ROWS["sst2"]
@@ -40,7 +39,7 @@ def test_data_root_falls_back_to_the_sample_only_for_what_it_holds(no_data_folde
 
 
 def test_a_quick_compile_reads_the_same_examples_with_or_without_a_data_folder(data_dir, tmp_path, monkeypatch):
-    quick = recipes.load(RECIPES / "sst2-minilm-quick.toml")
+    quick = recipes.load(recipes.RECIPES / "sst2-minilm-quick.toml")
     beside = context(quick, tmp_path / "a", None)
     monkeypatch.delenv("EDGEBERT_DATA", raising=False)
     monkeypatch.setattr(data.tasks, "DEFAULT_DATA", tmp_path / "shared" / "data")
@@ -53,5 +52,5 @@ def test_a_quick_compile_reads_the_same_examples_with_or_without_a_data_folder(d
 
 def test_the_full_default_without_data_says_what_to_pass_before_any_work(no_data_folder, tmp_path):
     with pytest.raises(EdgebertError, match="only `edgebert compile --quick` runs: on the SST-2 sample"):
-        context(recipes.load(RECIPES / "sst2-minilm.toml"), tmp_path / "out", None)
+        context(recipes.load(recipes.RECIPES / "sst2-minilm.toml"), tmp_path / "out", None)
     assert not (tmp_path / "out").exists()

@@ -172,8 +172,10 @@ def _compile(ctx: Context, start: Path, key: str, *, bench: bool | None, rebench
 
 def _start_key(ctx: Context, start: Path, weights: list[Path]) -> str:
     """What every stage's cache key chains from: the recipe's top-level fields (but max_drop, which judges the
-    result and trains nothing), the start weights, the data."""
-    top = {k: v for k, v in asdict(ctx.recipe).items() if k not in ("stages", "options", "search", "max_drop")}
+    result and trains nothing, and sized_for, which acts through the step counts it sets), the start weights, the
+    data."""
+    top = {k: v for k, v in asdict(ctx.recipe).items()
+           if k not in ("stages", "options", "search", "max_drop", "sized_for")}
     return _key("start", top, sha256(str(weights[0])) if weights else str(start), data_fingerprint(ctx))
 
 
@@ -398,6 +400,7 @@ def build_bundle(ctx: Context, state: State, stages: list[StageRecord], dest: Pa
         manifest_stages.append({"name": record.name, "params": {"total": record.params},
                                 "bytes": record.bytes, "flops": record.flops_128,
                                 "metrics": record.metrics, "wall_s": record.wall_s, "checkpoint": model_dir,
+                                **({"steps": record.steps} if record.steps else {}),  # scaled to the data: sized_for
                                 **({"validation": chosen} if (chosen := record.details.get("validation")) else {}),
                                 **({"tries": record.tries} if record.tries is not None else {})})
         if bench and metric is not None:

@@ -189,6 +189,7 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
     task = train_split.task
     train_split = _limited(train_split, recipe.train_limit, recipe.seed)
     eval_split = _limited(eval_split, recipe.eval_limit, recipe.seed)
+    recipe = _sized(recipe, len(train_split))
     train_split, validation_split = _validation(train_split, recipe, sources)
     ctx = Context(recipe=recipe, task=task, sources=sources, out=out, tokenizer_dir=tokenizer_dir,
                   **_encoded(recipe, train_split, eval_split, tok, validation_split))
@@ -204,6 +205,18 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
         log(f"eval majority-class baseline: accuracy {points(counts.max() / counts.sum()):.2f} "
             f"(always {task.labels[int(counts.argmax())]!r}); the model should beat it by more than a few points")
     return ctx
+
+
+def _sized(recipe, examples: int):
+    """The recipe's step counts for this many training examples (recipe.sized), said when they change."""
+    from .recipe import sized  # here: the recipe module imports the stages, which import this one
+
+    resized = sized(recipe, examples)
+    if resized is not recipe:
+        log(f"steps: scaled by {examples / recipe.sized_for:.3g} for {examples:,} training examples (the recipe's "
+            f"are for {recipe.sized_for:,}: sized_for), so each stage makes the passes over the data it was written "
+            "for")
+    return resized
 
 
 def _validation(train: data.Split, recipe, sources: dict) -> tuple[data.Split, data.Split | None]:

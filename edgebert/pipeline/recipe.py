@@ -28,7 +28,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
 from ..config import Config, repeated
-from ..data import DataConfig, is_data_file
+from ..data import DataConfig, get_task, is_data_file, load_data
 from ..errors import EdgebertError
 from ..passes.train import Accelerator, TrainConfig
 from .resources import available_memory, check_memory
@@ -48,6 +48,11 @@ class Recipe:
     validation: int = 1000  # training examples held out whole (data.carve) to choose checkpoints by (at most a
     # tenth); 0 = the eval split
     seed: int = 42
+    # training examples the step counts are written for (before `validation` is carved): a compile on N scales
+    # every training run's steps, eval_every and warmup by N / sized_for, so its passes over the data stay (a
+    # sentence recipe written for SST-2's 67,349 gives 5,000 sentences 312 fine-tune steps, not 4,200); 0 = as
+    # written
+    sized_for: int = 0
     # the promise: points of the task metric each bundle file may lose against the teacher (the finetune stage's
     # model, else the start model); a student that loses more is still written, and the compile says so
     max_drop: float = 1.0
@@ -77,6 +82,12 @@ class Recipe:
         is in every run's start key."""
         return max(s.calibration(self.stage(s.name)) for s in STAGES.values() if s.calibration)
 
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"  # the packaged recipes
+# the packaged recipe `edgebert compile --task` starts from when it names no recipe: the one for the task's kind
+BY_KIND = {"classification": "sst2-minilm.toml", "pair-classification": "mrpc-minilm.toml",
+           "regression": "stsb-minilm.toml", "token-classification": "conll2003-minilm.toml",
+           "embedding": "stsb-minilm-embedding.toml"}
 
 _TOP = {f.name for f in fields(Recipe)} - {"options", "data", "search"}
 OFF_AT_ZERO = {"validation"}  # int fields whose default is positive but where 0 means "none"
@@ -161,6 +172,18 @@ def with_data(recipe: Recipe, task: str | None = None, **fields) -> Recipe:
     return replace(recipe, task=None, data=data)
 
 
+def for_task(task: str | None = None, **fields) -> Path:
+    """The packaged recipe for `task` and the data flags `fields` (the CLI's --task, --pair-column, ...; no task:
+    SST-2): its kind's (BY_KIND). A file's kind is its `kind` field, else what load_data reads in its labels."""
+    if task is None:
+        return RECIPES / BY_KIND["classification"]
+    if not is_data_file(task):
+        return RECIPES / BY_KIND[get_task(task).kind]
+    data = with_data(Recipe(), task, **fields).data
+    kind = data.kind or load_data(data, seed=Recipe.seed)[0].task.kind
+    return RECIPES / BY_KIND[kind]
+
+
 def with_stages(recipe: Recipe, stages: list[str]) -> Recipe:
     """The recipe running `stages` instead (the CLI's --stages)."""
     _check_stages(stages)
@@ -172,16 +195,42 @@ def with_device(recipe: Recipe, device: str | None = None, precision: str | None
     say, auto unless they set one): every stage's training options, however deep in its table, get them. Each is
     resolved here, so a device or precision this machine lacks is refused before any work."""
 
-    def on_device(options):
+    def on_device(train: TrainConfig) -> TrainConfig:
+        train = train.replace(device=device or train.device, precision=precision or train.precision)
+        Accelerator.resolve(train.device, train.precision)
+        return train
+
+    return _each_training(recipe, on_device)
+
+
+def sized(recipe: Recipe, examples: int) -> Recipe:
+    """The recipe for `examples` training examples: its step counts scaled by examples / `sized_for` (see the
+    field); the recipe itself when it sets none or the data is the size it was written for."""
+    if not recipe.sized_for or examples == recipe.sized_for:
+        return recipe
+    factor = examples / recipe.sized_for
+
+    def scaled(count: float) -> int:
+        return max(1, round(count * factor))
+
+    def resized(train: TrainConfig) -> TrainConfig:
+        return train.replace(steps=scaled(train.steps), eval_every=train.eval_every and scaled(train.eval_every),
+                             warmup=train.warmup if train.warmup < 1 else scaled(train.warmup))
+
+    return _each_training(recipe, resized)
+
+
+def _each_training(recipe: Recipe, change) -> Recipe:
+    """The recipe with `change` applied to every stage's training options, however deep in its table."""
+
+    def apply(options):
         if isinstance(options, TrainConfig):
-            options = options.replace(device=device or options.device, precision=precision or options.precision)
-            Accelerator.resolve(options.device, options.precision)
-            return options
-        inner = {f.name: on_device(getattr(options, f.name)) for f in fields(options)
+            return change(options)
+        inner = {f.name: apply(getattr(options, f.name)) for f in fields(options)
                  if isinstance(getattr(options, f.name), Config)}
         return options.replace(**inner) if inner else options
 
-    return replace(recipe, options={name: on_device(options) for name, options in recipe.options.items()})
+    return replace(recipe, options={name: apply(options) for name, options in recipe.options.items()})
 
 
 def load(path: str | Path) -> Recipe:
