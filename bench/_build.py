@@ -1,7 +1,7 @@
 """Children of bench/compare.py that build the comparison's model files, each in its own process
 (heavy imports and thread pools never share a process with a timing run).
 
-    python bench/_build.py optimum --teacher DIR --out DIR --config avx2|avx512_vnni
+    python bench/_build.py optimum --teacher DIR --out DIR --config avx2|avx512_vnni [--kind KIND]
     python bench/_build.py tflite --model DIR --out DIR --seq-lens 16,32,64,128 [--int8 JSON]
     python bench/_build.py pte --model DIR --out DIR [--int8] [--max-length N]
     python bench/_build.py model2vec --teacher DIR --out DIR [--data DIR]
@@ -38,17 +38,26 @@ def _default_tensor_type_quantizer(original):
     return factory
 
 
-def build_optimum(teacher: str, out: Path, config_name: str) -> dict:
+# the ORTModel class Optimum's users load a model of each task kind with
+OPTIMUM_CLASSES = {"classification": "ORTModelForSequenceClassification",
+                   "pair-classification": "ORTModelForSequenceClassification",
+                   "regression": "ORTModelForSequenceClassification",
+                   "token-classification": "ORTModelForTokenClassification",
+                   "embedding": "ORTModelForFeatureExtraction"}
+
+
+def build_optimum(teacher: str, out: Path, config_name: str, kind: str = "classification") -> dict:
     """Optimum as its users run it: export, ORTOptimizer O2, ORTQuantizer dynamic INT8 with the
     AutoQuantizationConfig of this CPU. Also the same quantizer on the plain export (no offline
     optimizer; ORT still applies its online fusions at load), in case that one is faster here."""
+    import optimum.onnxruntime as ort_models
     import optimum.onnxruntime.quantization as oq
-    from optimum.onnxruntime import ORTModelForSequenceClassification, ORTOptimizer, ORTQuantizer
+    from optimum.onnxruntime import ORTOptimizer, ORTQuantizer
     from optimum.onnxruntime.configuration import AutoOptimizationConfig, AutoQuantizationConfig
 
     steps = {}
     t0 = time.time()
-    model = ORTModelForSequenceClassification.from_pretrained(teacher, export=True)
+    model = getattr(ort_models, OPTIMUM_CLASSES[kind]).from_pretrained(teacher, export=True)
     model.save_pretrained(out / "fp32")
     steps["export_s"] = round(time.time() - t0, 1)
 
@@ -174,6 +183,7 @@ def main(argv=None) -> int:
     o.add_argument("--teacher", required=True)
     o.add_argument("--out", required=True)
     o.add_argument("--config", default="avx2", choices=("avx2", "avx512", "avx512_vnni", "arm64"))
+    o.add_argument("--kind", default="classification", choices=tuple(OPTIMUM_CLASSES), help="the task's kind")
     t = sub.add_parser("tflite")
     t.add_argument("--model", required=True)
     t.add_argument("--out", required=True)
@@ -195,7 +205,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True)
     t0 = time.time()
     if args.what == "optimum":
-        info = build_optimum(args.teacher, out, args.config)
+        info = build_optimum(args.teacher, out, args.config, args.kind)
     elif args.what == "pte":
         info = build_pte(args.model, out, args.int8, args.max_length)
     elif args.what == "model2vec":

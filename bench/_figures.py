@@ -9,6 +9,7 @@ import math
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -151,6 +152,12 @@ def _sizes(models: list[dict], baseline2: dict, threads: list[int]) -> dict:
     return sizes
 
 
+def commit() -> str:
+    """The commit this checkout is at: the code a results file's figures come from."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def summarize(args, settings, threads, mach, models, notes, sets, accuracy, raw, gemm_raw, profiles, manifest,
               failures, loads, env, gemm_load=None) -> dict:
     gemm = gemm_summary(gemm_raw, threads, gemm_load)
@@ -160,6 +167,7 @@ def summarize(args, settings, threads, mach, models, notes, sets, accuracy, raw,
     result = {
         "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit(),
         "machine": mach,
         "versions": versions(*DISTS),
         "settings": {**settings, "threads": threads, "quick": bool(args.quick), "pad_to": PAD,
@@ -269,7 +277,7 @@ def targets(result: dict) -> list[dict]:
     peer = _fastest(line, PEERS)
     for student in (s, tfl):
         v = _median(ratios_by_repeat(line[peer], line.get(student, {}))) if peer else None
-        out.append(_line(f"≥ {TARGETS['speedup_vs_peer']:g}× faster than the fastest peer",
+        out.append(_line(f"≥ {TARGETS['speedup_vs_peer']:g}× the fastest peer",
                          f"{student}, {_where('real')}", v,
                          lambda: f"{v:.2f}× ({peer} {line[peer]['p50_ms']:.2f} ms → "
                                  f"{line[student]['p50_ms']:.3f} ms)",
@@ -277,13 +285,13 @@ def targets(result: dict) -> list[dict]:
     for cond in CONDITIONS:
         one, two = (timing.get(tk, {}).get(cond, {}).get(s, {}) for tk in ("t1", "t2"))
         v = _median(ratios_by_repeat(one, two))
-        out.append(_line(f"≥ {TARGETS['thread_scaling']:g}× faster at 2 threads than at 1",
+        out.append(_line(f"≥ {TARGETS['thread_scaling']:g}× 1→2 threads",
                          f"{s}, batch 1, {_shape(cond)}", v,
                          lambda: f"{v:.2f}× ({one['p50_ms']:.3f} ms → {two['p50_ms']:.3f} ms)",
                          v is not None and v >= TARGETS["thread_scaling"]))
     v = models[s]["size_vs_1"]
     for floor in TARGETS["size_vs_1"]:
-        out.append(_line(f"≥ {floor:g}× smaller than 1", "file bytes", v,
+        out.append(_line(f"≥ {floor:g}× smaller", "file bytes against 1 (the teacher's FP32 weights)", v,
                          lambda: f"{v:.2f}× ({models['pytorch-fp32']['bytes'] / 1e6:.1f} MB → "
                                  f"{models[s]['bytes'] / 1e6:.1f} MB)",
                          v is not None and v >= floor))
@@ -307,8 +315,8 @@ def _accuracy_targets(models: dict) -> list[dict]:
                     f"; 95% interval {pair['interval_points'][0]:+.2f} to {pair['interval_points'][1]:+.2f}: "
                     f"{pair['only_teacher']} sentences only the teacher gets right, {pair['only_student']} only the "
                     "student")
-                out.append(_line(f"within {points:g} point{'' if points == 1 else 's'} of the teacher's SST-2 dev "
-                                 "accuracy", f"{student}, {_shape(cond)}",
+                out.append(_line(f"within {points:g} point{'' if points == 1 else 's'}",
+                                 f"{student}, {_shape(cond)}, SST-2 dev accuracy against the teacher's",
                                  drop, lambda: f"{b * 100:.2f}% vs {a * 100:.2f}% ({-drop:+.2f} points{interval})",
                                  drop is not None and drop <= points, paired=pair))
     return out
@@ -317,8 +325,7 @@ def _accuracy_targets(models: dict) -> list[dict]:
 def _static_targets(models: dict, line: dict) -> list[dict]:
     """The static tier: both of the static bundle's files at once (n/a in a run without one)."""
     where = "the static bundle's model.onnx and model.tflite"
-    small = (f"static tier ≥ {TARGETS['static_accuracy']:.0%} SST-2 dev accuracy at ≤ "
-             f"{TARGETS['static_bytes'] / 1e6:g} MB")
+    small = f"static tier ≥ {TARGETS['static_accuracy']:.0%} at ≤ {TARGETS['static_bytes'] / 1e6:g} MB"
     fast = f"static tier ≤ {TARGETS['static_p50_ms']:g} ms"
     if not all(mid in models for mid in STATIC):
         return [_line(target, where, None, None, False, na="n/a: no static bundle in this run (--static-bundle)")
@@ -326,7 +333,7 @@ def _static_targets(models: dict, line: dict) -> list[dict]:
     names = {mid: "model.onnx" if "onnx" in mid else "model.tflite" for mid in STATIC}
     acc = {mid: models[mid]["accuracy"].get("real", {}).get("accuracy") for mid in STATIC}
     measured = None if None in acc.values() else min(acc.values())
-    out = [_line(small, f"{where}, real lengths", measured,
+    out = [_line(small, f"{where}, SST-2 dev accuracy at real lengths, file bytes", measured,
                  lambda: "; ".join(f"{names[mid]} {acc[mid]:.2%}, {models[mid]['bytes']:,} bytes" for mid in STATIC),
                  measured is not None and all(acc[mid] >= TARGETS["static_accuracy"]
                                               and models[mid]["bytes"] <= TARGETS["static_bytes"] for mid in STATIC))]

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _figures import commit
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = ROOT.parent / "shared" / "models" / "minilm-l6-sst2"
@@ -97,11 +98,10 @@ def main(argv=None) -> int:
     from edgebert.data import pretokenize_eval
     from edgebert.tokenizer import load_tokenizer
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
                            text=True).stdout.strip()
     results = {"command": "python bench/batch.py " + " ".join(sys.argv[1:] if argv is None else argv),
-               "commit": commit.strip() + ("+changes" if dirty else ""),
+               "commit": commit() + ("+changes" if dirty else ""),
                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                "machine": machine(), "eval": "SST-2 dev (872 sentences, max_length 128)", "models": {}}
     for model_dir in args.model or [TEACHER]:

@@ -46,6 +46,7 @@ STATIC_COMMAND = "edgebert compile edgebert/recipes/sst2-minilm-static.toml --te
 MRPC_BUNDLE = ROOT / "runs" / "mrpc" / "bundle"
 MRPC_COMMAND = "edgebert compile edgebert/recipes/mrpc-minilm.toml --out runs/mrpc"
 COMPILE_COST = ROOT / "bench" / "results" / "compile-cost.json"
+PROMISE = ROOT / "bench" / "results" / "promise.json"
 WORK = ROOT / "runs" / "compare"
 RESULTS = ROOT / "bench" / "results" / "compare.json"
 MARKDOWN = ROOT / "BENCHMARKS.md"
@@ -121,10 +122,12 @@ def main(argv=None) -> int:
             result["mrpc"] = {**stage_costs(json.loads(mrpc.read_text())), "command": MRPC_COMMAND}
         write_json(args.results, result, indent=1)
         log(f"results: {args.results}")
-    # bench/compile_cost.py's runs are its own command's figures (each names its commit): shown as it left them
-    cost = {"compile_cost": json.loads(COMPILE_COST.read_text())} if COMPILE_COST.is_file() else {}
+    # bench/compile_cost.py's and bench/promise.py's results are their own commands' figures (each names its
+    # commit): shown as they left them
+    others = {key: json.loads(path.read_text()) for key, path in (("compile_cost", COMPILE_COST), ("promise", PROMISE))
+              if path.is_file()}
     charts = frontier(result, Path(args.results).parent)
-    write_bytes(args.markdown, render({**result, **cost, "charts": {k: os.path.relpath(v, Path(args.markdown).parent)
+    write_bytes(args.markdown, render({**result, **others, "charts": {k: os.path.relpath(v, Path(args.markdown).parent)
                                                                     for k, v in charts.items()}}).encode())
     log(f"table: {args.markdown}, charts: {', '.join(map(str, charts.values()))}")
     for t in result["targets"]:

@@ -33,6 +33,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from _figures import commit
 from edgebert.device_tests.files import write_bytes, write_json
 from edgebert.device_tests.metrics import points
 from edgebert.device_tests.versions import versions
@@ -130,8 +131,6 @@ CUTS = [
      _cut(prune={"recovery": {"hidden_weight": 1.0}})),
     ("the fine-tune keeps a moving average of its weights, the teacher it chooses (costs time)",
      _cut(finetune={"train": {"ema": 0.999}})),
-    ("the vocabulary keeps the tokens the training text uses, not every whole word too (2.1 MB smaller files)",
-     _cut(vocab={"keep_words": False})),
 ]
 
 
@@ -212,14 +211,12 @@ def main() -> None:
     results_file = Path(args.results) / "compile-cost.json"
     earlier = json.loads(results_file.read_text())["runs"] if results_file.is_file() else {}
     work = (ROOT / args.work).resolve()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    runs = {**earlier, **{name: {**measure(name, work), "commit": commit} for name in names if name in RUNS}}
+    runs = {**earlier, **{name: {**measure(name, work), "commit": commit()} for name in names if name in RUNS}}
     found_cuts = cuts() if "cuts" in names else (json.loads(results_file.read_text()).get("cuts")
                                                  if results_file.is_file() else None)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
-    results = {"commit": commit, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    results = {"commit": commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                "machine": f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}",
                "versions": versions("edgebert", "torch"), "runs": runs, "cuts": found_cuts}
     write_json(results_file, results)

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from _figures import commit
 from edgebert.device_tests.files import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,11 +101,9 @@ def main() -> None:
               f"; half-written outside work: {left or 'none'}; resumed bundle {'identical' if same else 'DIFFERS'}",
               flush=True)
         shutil.rmtree(out)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
     clean = sum(k["same_files"] and not k["half_written_outside_work"] for k in kills)
     write_json(Path(args.results) / "crash-quick.json",
-               {"command": f"python bench/crash.py --kills {args.kills} --seed {args.seed}", "commit": commit,
+               {"command": f"python bench/crash.py --kills {args.kills} --seed {args.seed}", "commit": commit(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "uninterrupted_s": round(whole_s, 1),
                 "files": whole, "kills": kills, "clean": clean, "os_cpus": os.cpu_count()})
     print(f"{clean} of {len(kills)} kills clean: nothing half-written outside OUT/work, resumed bundle identical")

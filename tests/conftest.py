@@ -122,7 +122,7 @@ def bench_scripts():
     from pathlib import Path
     from types import SimpleNamespace
 
-    names = ("compare", "recovery", "compile_cost", "_measure", "_figures", "_render", "_timing")
+    names = ("compare", "recovery", "compile_cost", "promise", "_measure", "_figures", "_render", "_timing")
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "bench"))
         yield SimpleNamespace(**{name.lstrip("_"): importlib.import_module(name) for name in names})
