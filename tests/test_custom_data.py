@@ -16,7 +16,7 @@ from edgebert import data
 from edgebert.data import DataConfig, Example, load_data, load_table
 from edgebert.errors import EdgebertError
 from edgebert.pipeline import recipe as recipes
-from edgebert.pipeline.context import context, data_fingerprint
+from edgebert.pipeline.context import context, data_fingerprint, sized
 
 FAST = """
 max_length = 16
@@ -317,9 +317,9 @@ steps = 40
 eval_every = 20
 warmup = 10
 """)
-    tenth = recipes.sized(recipe, 36)
+    tenth = sized(recipe, 36)
     unsized = replace(recipe, sized_for=0)
-    assert recipes.sized(recipe, 360) is recipe and recipes.sized(unsized, 36) is unsized
+    assert sized(recipe, 360) is recipe and sized(unsized, 36) is unsized
     train = tenth.stage("prune").recovery.train
     assert (train.steps, train.eval_every, train.warmup) == (4, 2, 1)
     finetune = recipe.stage("finetune").train

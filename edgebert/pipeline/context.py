@@ -9,7 +9,7 @@ import random
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,9 @@ from edgebert.device_tests.metrics import points
 from .. import checkpoint, data, tokenizer as tokenization
 from ..errors import EdgebertError
 from ..checkpoint import TOKENIZER_FILES
+from ..config import Config
 from ..model import HeadConfig, TaskModel, encoder_of, with_head
+from ..passes.train import TrainConfig
 
 
 @dataclass
@@ -189,7 +191,7 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
     task = train_split.task
     train_split = _limited(train_split, recipe.train_limit, recipe.seed)
     eval_split = _limited(eval_split, recipe.eval_limit, recipe.seed)
-    recipe = _sized(recipe, len(train_split))
+    recipe = sized(recipe, len(train_split))
     train_split, validation_split = _validation(train_split, recipe, sources)
     ctx = Context(recipe=recipe, task=task, sources=sources, out=out, tokenizer_dir=tokenizer_dir,
                   **_encoded(recipe, train_split, eval_split, tok, validation_split))
@@ -207,16 +209,36 @@ def context(recipe, out: Path, data_dir: str | None) -> Context:
     return ctx
 
 
-def _sized(recipe, examples: int):
-    """The recipe's step counts for this many training examples (recipe.sized), said when they change."""
-    from .recipe import sized  # here: the recipe module imports the stages, which import this one
+def sized(recipe, examples: int):
+    """The recipe for `examples` training examples: its step counts scaled by examples / `sized_for` (the Recipe
+    field says why); the recipe itself when it sets none or the data is the size it was written for."""
+    if not recipe.sized_for or examples == recipe.sized_for:
+        return recipe
+    factor = examples / recipe.sized_for
 
-    resized = sized(recipe, examples)
-    if resized is not recipe:
-        log(f"steps: scaled by {examples / recipe.sized_for:.3g} for {examples:,} training examples (the recipe's "
-            f"are for {recipe.sized_for:,}: sized_for), so each stage makes the passes over the data it was written "
-            "for")
-    return resized
+    def scaled(count: float) -> int:
+        return max(1, round(count * factor))
+
+    def resized(train: TrainConfig) -> TrainConfig:
+        return train.replace(steps=scaled(train.steps), eval_every=train.eval_every and scaled(train.eval_every),
+                             warmup=train.warmup if train.warmup < 1 else scaled(train.warmup))
+
+    log(f"steps: scaled by {factor:.3g} for {examples:,} training examples (the recipe's are for "
+        f"{recipe.sized_for:,}: sized_for), so each stage makes the passes over the data it was written for")
+    return each_training(recipe, resized)
+
+
+def each_training(recipe, change):
+    """The recipe with `change` applied to every stage's training options, however deep in its table."""
+
+    def apply(options):
+        if isinstance(options, TrainConfig):
+            return change(options)
+        inner = {f.name: apply(getattr(options, f.name)) for f in fields(options)
+                 if isinstance(getattr(options, f.name), Config)}
+        return options.replace(**inner) if inner else options
+
+    return replace(recipe, options={name: apply(options) for name, options in recipe.options.items()})
 
 
 def _validation(train: data.Split, recipe, sources: dict) -> tuple[data.Split, data.Split | None]:

@@ -27,10 +27,11 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
-from ..config import Config, repeated
+from ..config import repeated
 from ..data import DataConfig, get_task, is_data_file, load_data
 from ..errors import EdgebertError
 from ..passes.train import Accelerator, TrainConfig
+from .context import each_training
 from .resources import available_memory, check_memory
 from .search import SearchConfig
 from .stages import STAGES
@@ -200,37 +201,7 @@ def with_device(recipe: Recipe, device: str | None = None, precision: str | None
         Accelerator.resolve(train.device, train.precision)
         return train
 
-    return _each_training(recipe, on_device)
-
-
-def sized(recipe: Recipe, examples: int) -> Recipe:
-    """The recipe for `examples` training examples: its step counts scaled by examples / `sized_for` (see the
-    field); the recipe itself when it sets none or the data is the size it was written for."""
-    if not recipe.sized_for or examples == recipe.sized_for:
-        return recipe
-    factor = examples / recipe.sized_for
-
-    def scaled(count: float) -> int:
-        return max(1, round(count * factor))
-
-    def resized(train: TrainConfig) -> TrainConfig:
-        return train.replace(steps=scaled(train.steps), eval_every=train.eval_every and scaled(train.eval_every),
-                             warmup=train.warmup if train.warmup < 1 else scaled(train.warmup))
-
-    return _each_training(recipe, resized)
-
-
-def _each_training(recipe: Recipe, change) -> Recipe:
-    """The recipe with `change` applied to every stage's training options, however deep in its table."""
-
-    def apply(options):
-        if isinstance(options, TrainConfig):
-            return change(options)
-        inner = {f.name: apply(getattr(options, f.name)) for f in fields(options)
-                 if isinstance(getattr(options, f.name), Config)}
-        return options.replace(**inner) if inner else options
-
-    return replace(recipe, options={name: apply(options) for name, options in recipe.options.items()})
+    return each_training(recipe, on_device)
 
 
 def load(path: str | Path) -> Recipe:
