@@ -34,7 +34,8 @@ PTE = "student-executorch-int8"  # the ExecuTorch row's id, and the folder its .
 
 
 def log(message: str) -> None:
-    print(f"compare: {message}", file=sys.stderr, flush=True)
+    """A progress line, named by the bench script that runs (compare, promise)."""
+    print(f"{Path(sys.argv[0]).stem}: {message}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -70,18 +70,20 @@ def write_csv(data: Path, work: Path) -> None:
 
 
 def compiled(name: str, work: Path, data: Path) -> tuple[Path, list[str], float]:
-    """(the row's output folder, the command as a user types it, its wall seconds in this call)."""
+    """(the row's output folder, the command as a user types it in the repository, its wall seconds in this
+    call)."""
     out = work / name
     out.mkdir(parents=True, exist_ok=True)
     if name == "csv":
         write_csv(data, out)
     args = [a.format(work=out) for a in ROWS[name]["args"]]
-    command = ["edgebert", "compile", *args, "--out", str(out)]
-    log(f"{name}: {' '.join(command)}")
+    command = ["compile", *args, "--out", str(out)]
+    shown = ["edgebert"] + [str(Path(a).relative_to(ROOT)) if a.startswith(f"{ROOT}/") else a for a in command]
+    log(f"{name}: {' '.join(shown)}")
     started = time.time()
-    subprocess.run([sys.executable, "-m", "edgebert", *command[1:], "--resume", "--data", str(data)], cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "edgebert", *command, "--resume", "--data", str(data)], cwd=ROOT,
                    check=True)
-    return out, command, time.time() - started
+    return out, shown, time.time() - started
 
 
 def teacher_of(out: Path, manifest: dict) -> Path:
