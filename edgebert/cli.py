@@ -74,7 +74,7 @@ def _compile(args: argparse.Namespace) -> None:
     files = {"dev": args.dev_file, "text": args.text_column, "pair": args.pair_column, "label": args.label_column,
              "kind": args.kind}  # the data flags: DataConfig's fields
     source = Path(args.recipe) if args.recipe else recipes.RECIPES / "sst2-minilm-quick.toml" if args.quick else \
-        recipes.for_task(args.task, **files)  # the task's kind picks the packaged recipe
+        recipes.for_task(args.task, on_bad_row=args.on_bad_row or "error", **files)  # the task's kind picks it
     recipe = recipes.with_device(recipes.load(source), args.device, args.precision)  # a missing GPU: refused first
     overrides = {name: getattr(args, name) for name in ("model", "teacher", "on_bad_row") if getattr(args, name)}
     recipe = recipes.with_data(replace(recipe, **overrides), args.task, **files)

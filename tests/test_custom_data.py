@@ -305,6 +305,11 @@ def test_the_task_kind_picks_the_packaged_recipe(files):
     assert picked("stsb-embedding") == "stsb-minilm-embedding.toml"
     for kind, name in recipes.BY_KIND.items():  # each kind's recipe is packaged and reads a task of that kind
         assert data.get_task(recipes.load(recipes.RECIPES / name).task).kind == kind
+    (files / "bad.csv").write_text((files / "reviews.csv").read_text() + "fun film,\n")
+    with pytest.raises(EdgebertError, match="bad.csv:42: missing label; fix the row, or skip bad rows"):
+        picked(str(files / "bad.csv"), text="sentence")
+    with pytest.warns(UserWarning, match="skipped 1 bad row"):  # as --on-bad-row skip will compile it
+        assert recipes.for_task(str(files / "bad.csv"), on_bad_row="skip", text="sentence").name == "sst2-minilm.toml"
     with pytest.raises(EdgebertError, match='data.text: column "sentence" not in scores.tsv'):
         picked(str(files / "scores.tsv"), text="sentence")  # a wrong column is named before any work
 

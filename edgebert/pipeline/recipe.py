@@ -173,15 +173,16 @@ def with_data(recipe: Recipe, task: str | None = None, **fields) -> Recipe:
     return replace(recipe, task=None, data=data)
 
 
-def for_task(task: str | None = None, **fields) -> Path:
+def for_task(task: str | None = None, *, on_bad_row: str = "error", **fields) -> Path:
     """The packaged recipe for `task` and the data flags `fields` (the CLI's --task, --pair-column, ...; no task:
-    SST-2): its kind's (BY_KIND). A file's kind is its `kind` field, else what load_data reads in its labels."""
+    SST-2): its kind's (BY_KIND). A file's kind is its `kind` field, else what load_data reads in its labels,
+    bad rows handled as the compile will handle them."""
     if task is None:
         return RECIPES / BY_KIND["classification"]
     if not is_data_file(task):
         return RECIPES / BY_KIND[get_task(task).kind]
     data = with_data(Recipe(), task, **fields).data
-    kind = data.kind or load_data(data, seed=Recipe.seed)[0].task.kind
+    kind = data.kind or load_data(data, seed=Recipe.seed, on_bad_row=on_bad_row)[0].task.kind
     return RECIPES / BY_KIND[kind]
 
 
