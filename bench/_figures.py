@@ -1,6 +1,6 @@
 """bench/compare.py's figures: from the raw per-repeat measurements to the results JSON (medians over
 clean repeats, ratios pair by pair within a repeat, the Optimum baseline, pass/miss per target).
-Pure computation: nothing here runs a model."""
+Pure computation (and the commit it ran on): nothing here runs a model."""
 
 from __future__ import annotations
 

@@ -61,6 +61,11 @@ def machine() -> dict:
     return info
 
 
+def optimum_config(mach: dict) -> str:
+    """The AutoQuantizationConfig an Optimum user picks for this CPU (`machine()`)."""
+    return "avx512_vnni" if mach["vnni"] else "avx2"
+
+
 class OtherLoad:
     """CPU time other processes used since the last call, in cores (0 = the machine was ours).
 
@@ -405,7 +410,7 @@ def model_table(args, manifest: dict, work: Path, mach: dict) -> tuple[list[dict
     teacher_config = edgebert.load(teacher).config
     notes = {}
 
-    qname = "avx512_vnni" if mach["vnni"] else "avx2"
+    qname = optimum_config(mach)
     optimum = cached_build("optimum", ["optimum", "--teacher", str(teacher), "--config", qname],
                            {"teacher": teacher_weights, "config": qname, "v": versions(*DISTS)}, work)
     teacher_tfl = cached_build("teacher-tflite", ["tflite", "--model", str(teacher), "--seq-lens", f"16,32,64,{PAD}"],

@@ -30,11 +30,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _figures import commit
-from _measure import ROOT, cached_build, child, log, machine
+from _figures import DISTS, commit
+from _measure import ROOT, cached_build, child, log, machine, optimum_config
 
 from edgebert.device_tests.files import write_json
 from edgebert.device_tests.metrics import points
+from edgebert.device_tests.versions import versions
 
 RESULTS = ROOT / "bench" / "results"
 # row -> the compile's arguments after `edgebert compile` ({work}: the row's folder), the metric the row reports
@@ -97,15 +98,13 @@ def teacher_of(out: Path, manifest: dict) -> Path:
     return default_checkpoint() if start == "minilm" else Path(start)
 
 
-def scoring_sets(row: dict, out: Path, teacher: Path, data: Path) -> dict[str, Path]:
+def scoring_sets(row: dict, out: Path, teacher: Path, length: int, data: Path) -> dict[str, Path]:
     """The row's split as eval arrays: for the bundle's files (its own tokenizer; the bundle's eval.npz when the
     split is the one it was verified on) and for Optimum's files (the teacher's tokenizer, without labels: timing
     only, since Optimum's outputs are not the bundle's)."""
     from edgebert.data import pretokenize_eval
     from edgebert.tokenizer import load_tokenizer
 
-    manifest = json.loads((out / "bundle" / "manifest.json").read_text())
-    length = manifest["recipe"]["max_length"]
     split = row.get("split")
     sets = {"student": out / "bundle" / "eval.npz"}
     if split:
@@ -143,8 +142,8 @@ def row_of(name: str, work: Path, data: Path, repeats: int, runs: int) -> dict:
     row = ROWS[name]
     out, command, wall = compiled(name, work, data)
     manifest = json.loads((out / "bundle" / "manifest.json").read_text())
-    teacher = teacher_of(out, manifest)
-    sets = scoring_sets(row, out, teacher, data)
+    teacher, length = teacher_of(out, manifest), manifest["recipe"]["max_length"]
+    sets = scoring_sets(row, out, teacher, length, data)
     kind = manifest["task"]["kind"]
     hf = work / "teachers" / name
     if not (hf / "config.json").is_file():
@@ -152,9 +151,9 @@ def row_of(name: str, work: Path, data: Path, repeats: int, runs: int) -> dict:
 
         shutil.rmtree(hf, ignore_errors=True)
         save_hf(load(teacher), hf, tokenizer_from=teacher)
-    qname = "avx512_vnni" if machine()["vnni"] else "avx2"
+    qname = optimum_config(machine())
     optimum = cached_build(f"optimum-{name}", ["optimum", "--teacher", str(hf), "--config", qname, "--kind", kind],
-                           {"teacher": str(teacher), "config": qname, "kind": kind}, work)
+                           {"teacher": str(teacher), "config": qname, "kind": kind, "v": versions(*DISTS)}, work)
     peer = work / f"optimum-{name}" / optimum["files"]["int8"]
     scores, ratios = {}, []
     for r in range(repeats):
@@ -164,7 +163,7 @@ def row_of(name: str, work: Path, data: Path, repeats: int, runs: int) -> dict:
         scores["onnx"] = student
     scores["tflite"] = harness(out / "bundle" / "model.tflite", sets["student"], out / "tflite.json", 1)
     metric = row["metric"]
-    teacher_points = teacher_scores(row, teacher, manifest["recipe"]["max_length"], data)
+    teacher_points = teacher_scores(row, teacher, length, data)
     files = manifest["promise"]["files"]
     return {
         "task": name, "metric": metric,
