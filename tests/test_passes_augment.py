@@ -1,19 +1,24 @@
 """Augmented distillation data: only one-piece words are swapped, each for one of its embedding
-neighbours, and distill learns from the teacher-labelled copies."""
+neighbours, pairs also come the other way round and recombined, and distill learns from the
+teacher-labelled copies."""
 
 import pytest
 import torch
 from builders import subword_tokenizer, sentences, tiny_model
 
 from edgebert import EdgebertError
-from edgebert.data import EncodedDataset, Example, Split, Task, TaskData
+from edgebert.data import EncodedDataset, Example, Split, Task, TaskData, encode_split
 from edgebert.model import embeddings
 from edgebert.passes import AugmentConfig, DistillConfig, TrainConfig, augment, distill
 from edgebert.passes.vocab import word_starts
+from edgebert.pipeline import compile as compiler
+from edgebert.pipeline import recipe as recipes
 from edgebert.tokenizer import load_tokenizer
 
 TASK = Task("toy", "classification", ("no", "yes"))
 TEXTS = ["the cat sat on the mat .", "the cat playing , the mat sat", "cat on mat"] * 6
+PAIR_TASK = Task("toypair", "pair-classification", ("no", "yes"))
+PAIRS = [("the cat sat", "on the mat ."), ("cat on mat", "the cat playing"), ("mat . mat", "sat , sat")]
 
 
 def _dataset(tok, texts=TEXTS):
@@ -85,3 +90,64 @@ def test_distill_learns_from_the_copies_through_the_cache(tiny_tokenizer, tmp_pa
 def test_copies_with_gold_labels_are_refused():
     with pytest.raises(EdgebertError, match="label_weight must be 0"):
         DistillConfig(augment=AugmentConfig(), label_weight=1.0)
+
+
+def _pairs(tok, pairs=PAIRS):
+    return EncodedDataset(Split(PAIR_TASK, "train", [Example(a, b, i % 2) for i, (a, b) in enumerate(pairs)]), tok, 32)
+
+
+def _encoded(tok, pairs):
+    split = Split(PAIR_TASK, "train", [Example(a, b) for a, b in pairs])
+    return encode_split(split, tok, 32)[:2]
+
+
+def test_pairs_come_the_other_way_round_and_odd_copies_are_made_from_them(tiny_tokenizer):
+    tok = tiny_tokenizer
+    data, teacher = _pairs(tok), _teacher(tok, {"cat": "mat", "sat": "the", "on": "play"})
+    out = augment(data, teacher, tok, AugmentConfig(copies=2, probability=1.0, neighbours=1, swap_order=True))
+    n = len(PAIRS)
+    assert len(out) == 4 * n and out.summary["texts"] == 4 * n
+    ids, types = _encoded(tok, [(b, a) for a, b in PAIRS])
+    assert out.input_ids[n:2 * n] == ids and out.token_type_ids[n:2 * n] == types  # segment ids follow the order
+    assert out.token_type_ids[2 * n:3 * n] == data.token_type_ids  # copy 0: the pair as given, words swapped
+    assert tok.convert_ids_to_tokens(out.input_ids[2 * n]) == ["[CLS]", "sat", "mat", "the", "[SEP]", "play",
+                                                               "sat", "cat", ".", "[SEP]"]
+    assert out.token_type_ids[3 * n:] == types  # copy 1: the other way round, words swapped
+    assert tok.convert_ids_to_tokens(out.input_ids[3 * n]) == ["[CLS]", "play", "sat", "cat", ".", "[SEP]",
+                                                               "sat", "mat", "the", "[SEP]"]
+
+
+def test_recombined_pairs_join_a_first_text_to_the_second_text_sharing_most_words(tiny_tokenizer):
+    tok = tiny_tokenizer
+    pairs = [("cat cat", "mat mat"), ("mat on", "cat on the"), ("sat .", "sat , sat"), ("on on", "play .")]
+    config = AugmentConfig(copies=0, recombine=1, candidates=64)
+    out = augment(_pairs(tok, pairs), _teacher(tok, {}), tok, config)
+    made = out.input_ids[len(pairs):]
+    # with 64 draws from 3 others each sees every other pair: the best partner is certain
+    assert made == _encoded(tok, [("cat cat", "cat on the"), ("mat on", "mat mat"), ("sat .", "play ."),
+                                  ("on on", "cat on the")])[0]
+    twice = augment(_pairs(tok, pairs), _teacher(tok, {}), tok, config.replace(recombine=2))
+    assert len(twice) == 3 * len(pairs) and twice.input_ids[len(pairs):][::2] == made
+
+
+def test_pair_augmentation_of_single_texts_is_refused_before_any_work(tiny_tokenizer, tiny_sst2, tmp_path):
+    with pytest.raises(EdgebertError, match="swap_order and augment.recombine make new pairs, and toy trains on "
+                                            "single texts"):
+        augment(_dataset(tiny_tokenizer), _teacher(tiny_tokenizer, {}), tiny_tokenizer, AugmentConfig(swap_order=True))
+    recipe = recipes.parse("""
+task = "sst2"
+stages = ["finetune", "prune", "export"]
+[finetune.train]
+steps = 4
+[prune.recovery.augment]
+recombine = 1
+""")
+    with pytest.raises(EdgebertError, match="prune.recovery.augment.swap_order and prune.recovery.augment.recombine "
+                                            "make new pairs, and sst2 trains on single texts"):
+        compiler.compile(recipe, tmp_path / "out", data_dir=str(tiny_sst2))
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_augment_table_that_makes_nothing_is_refused():
+    with pytest.raises(EdgebertError, match="asks for no copies"):
+        AugmentConfig(copies=0)

@@ -78,6 +78,12 @@ class Recipe:
                 stage.check(self, options, encoder, tokenizer)
 
     @property
+    def kind(self) -> str | None:
+        """The task's kind where it is known before the data loads: a built-in task's, or the [data] table's `kind`
+        (None: the user's labels will say, when the data loads)."""
+        return self.data.kind if self.data is not None else get_task(self.task).kind
+
+    @property
     def calibration_size(self) -> int:
         """The training examples the calibrating stage reads (ctx.calibration), whether it runs or not: the set
         is in every run's start key."""

@@ -56,6 +56,11 @@ def evaluated(config, data) -> int:
     return times * (len(chosen) if chosen is not None else 0) + eval_size(data)
 
 
+def labelled(augment, data) -> int:
+    """Texts the teacher labels: the training split, and with AugmentConfig `augment` what it makes from each."""
+    return len(data.train) * (augment.texts_per_example if augment is not None else 1)
+
+
 def eval_size(data) -> int:
     """The eval split's examples, which a stage scores its model on at the end (0 without one)."""
     return len(data.eval) if data.eval is not None else 0

@@ -2,10 +2,11 @@
 
 from edgebert.errors import EdgebertError
 from edgebert.passes import DistillConfig, distill
+from edgebert.passes.augment import check_pairs
 from edgebert.passes.student import init_student
 
 from ..context import pass_stage
-from ..resources import Training, Work, evaluated, examples
+from ..resources import Training, Work, evaluated, examples, labelled
 from .registry import Stage, register
 
 
@@ -16,6 +17,7 @@ def check(recipe, options: DistillConfig, encoder, tokenizer) -> None:
                             f"model's {n} layers; use 1..{n}")
     if options.layers is not None and options.layers > n:
         raise EdgebertError(f"distill.layers: {options.layers} is more than the start model's {n} layers; use 1..{n}")
+    check_pairs(options.augment, recipe.task or "this data", recipe.kind, "distill.augment")
 
 
 def trains(options: DistillConfig) -> Training:
@@ -26,9 +28,8 @@ def trains(options: DistillConfig) -> Training:
 
 def work(options: DistillConfig, data) -> Work:
     """The teacher labels the training text (and its copies) once; the student trains."""
-    copies = options.augment.copies if options.augment is not None else 0
     return Work(train=examples(options.train), infer=evaluated(options.train, data),
-                teacher=len(data.train) * (1 + copies), config=options.train, distill=options)
+                teacher=labelled(options.augment, data), config=options.train, distill=options)
 
 
 def shape(model, options: DistillConfig):

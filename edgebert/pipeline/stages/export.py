@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgebert.config import Config, repeated
-from edgebert.data.tasks import TASKS, get_task
 from edgebert.errors import EdgebertError
 from edgebert.export import Budget, export, formats
 
@@ -61,7 +60,7 @@ def lengths_up_to(top: dict) -> dict:
 def check(recipe, options: ExportStageConfig, encoder, tokenizer) -> None:
     """The export lengths, and no format asked for a task it cannot serve (the raw-text model, a token task)."""
     check_lengths(recipe, options, encoder, tokenizer)
-    kind = get_task(recipe.task).kind if recipe.task in TASKS else None  # else the user's data: checked at export
+    kind = recipe.kind  # None: the user's data, checked at export
     for name in options.formats:
         reason = formats.get(name).skips.get(kind)
         if reason:

@@ -3,10 +3,11 @@ from the unpruned model or (`recover_from = "teacher"`) from the teacher of a st
 
 from edgebert.errors import EdgebertError
 from edgebert.passes import PruneConfig, prune
+from edgebert.passes.augment import check_pairs
 from edgebert.passes.prune import pruned_shape
 
 from ..context import pass_stage
-from ..resources import Training, Work, eval_size, evaluated, examples
+from ..resources import Training, Work, eval_size, evaluated, examples, labelled
 from .registry import STAGES, Stage, register
 
 
@@ -15,6 +16,8 @@ def check(recipe, options: PruneConfig, encoder, tokenizer) -> None:
     if options.recover_from == "teacher" and not any(STAGES.get(s).sets_teacher for s in before):
         raise EdgebertError("prune.recover_from = 'teacher' recovers from the distill stage's teacher: put "
                             "\"distill\" before \"prune\" in stages, or use recover_from = 'unpruned'")
+    augment = options.recovery.augment if options.recovery is not None else None
+    check_pairs(augment, recipe.task or "this data", recipe.kind, "prune.recovery.augment")
 
 
 def trains(options: PruneConfig) -> Training:
@@ -46,10 +49,9 @@ def work(options: PruneConfig, data) -> Work:
     recovery = options.recovery
     if recovery is None or not recovery.train.steps:
         return Work(infer=scored + eval_size(data))
-    copies = recovery.augment.copies if recovery.augment is not None else 0
     return Work(train=options.rounds * examples(recovery.train),
                 infer=scored + options.rounds * evaluated(recovery.train, data),
-                teacher=len(data.train) * (1 + copies), config=recovery.train, distill=recovery)
+                teacher=labelled(recovery.augment, data), config=recovery.train, distill=recovery)
 
 
 register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher, cache), by_default=True,

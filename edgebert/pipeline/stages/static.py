@@ -1,7 +1,6 @@
 """static: the current model's static student (passes/static.py): its token vectors, n-gram features, a maximum and
 a classifier, distilled from it."""
 
-from edgebert import data
 from edgebert.errors import EdgebertError
 from edgebert.passes.static import StaticConfig, check_tokenizer, check_width, static, static_shape
 
@@ -12,10 +11,11 @@ from .registry import Stage, register
 
 
 def check(recipe, options: StaticConfig, encoder, tokenizer) -> None:
-    kind = data.get_task(recipe.task).kind if recipe.data is None else None
+    kind = recipe.kind
     if kind in ("token-classification", "embedding"):
         raise EdgebertError(f"stages: a static student pools a sentence's context-free token vectors into one, so "
-                            f"it has no {kind} head: drop \"static\" for the {recipe.task} task")
+                            f"it has no {kind} head: drop \"static\" for "
+                            f"{f'the {recipe.task} task' if recipe.task else 'this data'}")
     check_width(options, encoder.hidden_size)
     check_tokenizer(tokenizer)
 
