@@ -120,7 +120,7 @@ def test_pairs_come_the_other_way_round_and_odd_copies_are_made_from_them(tiny_t
 def test_recombined_pairs_join_a_first_text_to_the_second_text_sharing_most_words(tiny_tokenizer):
     tok = tiny_tokenizer
     pairs = [("cat cat", "mat mat"), ("mat on", "cat on the"), ("sat .", "sat , sat"), ("on on", "play .")]
-    config = AugmentConfig(copies=0, recombine=1, candidates=64)
+    config = AugmentConfig(copies=0, recombine=1, draws=64)
     out = augment(_pairs(tok, pairs), _teacher(tok, {}), tok, config)
     made = out.input_ids[len(pairs):]
     # with 64 draws from 3 others each sees every other pair: the best partner is certain

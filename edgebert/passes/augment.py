@@ -38,9 +38,9 @@ class AugmentConfig(Config):
     neighbours: int = 10  # a word's candidates: its nearest whole words in the teacher's embedding table
     swap_order: bool = False  # pairs: each pair also with its two texts the other way round
     recombine: int = 0  # pairs: this many recombined pairs per pair (a first text beside another's second)
-    candidates: int = 64  # recombine: the random other pairs whose second text is scored by shared words
+    draws: int = 64  # recombine: the random other pairs whose second text is scored by shared words
     seed: int = 0
-    added = ("swap_order", "recombine", "candidates")
+    added = ("swap_order", "recombine", "draws")
 
     def __post_init__(self):
         if self.copies < 0:
@@ -48,9 +48,9 @@ class AugmentConfig(Config):
         if self.copies + self.swap_order + self.recombine == 0:
             raise EdgebertError("AugmentConfig asks for no copies: set copies, swap_order or recombine, "
                                 "or drop the augment table")
-        if self.recombine < 0 or self.candidates < 1:
-            raise EdgebertError(f"AugmentConfig.recombine must be 0 or more and candidates at least 1, got "
-                                f"{self.recombine} and {self.candidates}")
+        if self.recombine < 0 or self.draws < 1:
+            raise EdgebertError(f"AugmentConfig.recombine must be 0 or more and draws at least 1, got "
+                                f"{self.recombine} and {self.draws}")
         if not 0 < self.probability <= 1:
             raise EdgebertError(f"AugmentConfig.probability is a fraction in (0, 1], got {self.probability}")
         if self.neighbours < 1:
@@ -109,14 +109,14 @@ def check_pairs(config: AugmentConfig | None, task: str, kind: str | None, table
 
 
 def recombined(examples: list, tokenizer, config: AugmentConfig) -> list:
-    """`config.recombine` new pairs per pair: its first text beside the second text, among `config.candidates`
+    """`config.recombine` new pairs per pair: its first text beside the second text, among `config.draws`
     random other pairs', that shares the most word pieces with it (ties: the first drawn)."""
     firsts, words = ([set(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
                      for texts in ([e.text for e in examples], [e.text_pair for e in examples]))
     rng = np.random.default_rng([config.seed, 1 << 16])
     n, made = len(examples), []
     for i, example in enumerate(examples):
-        others = rng.integers(0, n - 1, size=(config.recombine, config.candidates))
+        others = rng.integers(0, n - 1, size=(config.recombine, config.draws))
         others += others >= i  # never the pair itself
         for row in others:
             best = max(row, key=lambda j: len(firsts[i] & words[j]))
