@@ -337,7 +337,7 @@ def test_a_padded_file_that_is_not_the_bundles_model_is_a_failure(bench_scripts)
 
 def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path, monkeypatch):
     monkeypatch.setattr(bench_scripts.compare, "COMPILE_COST", tmp_path / "no-compile-cost.json")  # not this test's
-    monkeypatch.setattr(bench_scripts.compare, "PROMISE", tmp_path / "no-promise.json")
+    monkeypatch.setattr(bench_scripts.compare, "PROMISE", tmp_path / "promise.json")
     result = _synthetic(bench_scripts)
     render = bench_scripts.render.render
     text = render(result)
@@ -365,7 +365,7 @@ def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path, mo
     promise = {"commit": "abc", "machine": "a CPU", "rows": [
         {"task": "mrpc", "metric": "f1", "split": "dev", "teacher": 87.9, "onnx": 84.7, "tflite": 85.2, "drop": 3.2,
          "smaller": 11.5, "vs_optimum_1t": 3.6, "compile_s": {"total": 1452}, "kept": False}]}
-    (tmp_path / "no-promise.json").write_text(json.dumps(promise))  # bench/promise.py's, shown as found
+    (tmp_path / "promise.json").write_text(json.dumps(promise))  # bench/promise.py's, shown as found
     assert bench_scripts.compare.main(["--render", "--results", str(results), "--markdown", str(md)]) == 0
     assert "| mrpc | f1 (dev) | 87.90 | 84.70 | 85.20 | -3.20 | 11.5× | 3.60× | 24 min | no |" in md.read_text()
     assert "ran beside other work, were re-run and are left out" in text

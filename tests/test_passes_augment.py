@@ -131,8 +131,8 @@ def test_recombined_pairs_join_a_first_text_to_the_second_text_sharing_most_word
 
 
 def test_pair_augmentation_of_single_texts_is_refused_before_any_work(tiny_tokenizer, tiny_sst2, tmp_path):
-    with pytest.raises(EdgebertError, match="swap_order and augment.recombine make new pairs, and toy trains on "
-                                            "single texts"):
+    with pytest.raises(EdgebertError, match="swap_order and augment.recombine make new pairs, and this task's "
+                                            "examples are single texts"):
         augment(_dataset(tiny_tokenizer), _teacher(tiny_tokenizer, {}), tiny_tokenizer, AugmentConfig(swap_order=True))
     recipe = recipes.parse("""
 task = "sst2"
@@ -143,7 +143,7 @@ steps = 4
 recombine = 1
 """)
     with pytest.raises(EdgebertError, match="prune.recovery.augment.swap_order and prune.recovery.augment.recombine "
-                                            "make new pairs, and sst2 trains on single texts"):
+                                            "make new pairs, and this task's examples are single texts"):
         compiler.compile(recipe, tmp_path / "out", data_dir=str(tiny_sst2))
     assert not (tmp_path / "out").exists()
 

@@ -73,6 +73,19 @@ def test_cached_and_online_teacher_give_the_same_loss(tmp_path):
     assert torch.allclose(cached, online, rtol=1e-2)  # hidden states are cached in float16
 
 
+@pytest.mark.filterwarnings("error")  # torch warns of a read-only array: the cache's rows are memory maps
+def test_a_token_teachers_cache_gives_its_per_token_logits_zero_padded(tmp_path):
+    teacher, data = tiny_model("token-classification", 3), tiny_data(12, task="token-classification")
+    cache = TeacherCache.build(teacher, data, [1], tmp_path, progress=False)
+    logits, hidden = cache.lookup(range(12), 20)
+    with torch.no_grad():
+        online = teacher.eval()(*batch_of(data))
+    for i, item in enumerate(data):
+        n = len(item["input_ids"])
+        assert torch.allclose(logits[i, :n], online[i, :n], atol=1e-5)
+        assert not logits[i, n:].any() and not hidden[1][i, n:].any()
+
+
 @pytest.mark.parametrize("weights", [{"attention_weight": 1.0}, {"value_weight": 1.0, "relation_heads": 2},
                                      {"hidden_weight": 1.0}])
 def test_intermediate_losses_vanish_for_an_identical_student(weights):

@@ -101,11 +101,11 @@ def neighbours(table: torch.Tensor, ids: np.ndarray, candidates: np.ndarray, k: 
 SINGLE_TEXT_KINDS = ("classification", "token-classification", "embedding")  # each example one text
 
 
-def check_pairs(config: AugmentConfig | None, task: str, kind: str | None, table: str) -> None:
-    """Refuse swap_order and recombine for a task of single texts (`kind`: None where not yet known)."""
-    if config is not None and config.pairs and kind in SINGLE_TEXT_KINDS:
-        raise EdgebertError(f"{table}.swap_order and {table}.recombine make new pairs, and {task} trains on "
-                            f"single texts: set them only for a pair task")
+def check_pairs(config: AugmentConfig | None, single_texts: bool, table: str) -> None:
+    """Refuse swap_order and recombine where each example is one text."""
+    if config is not None and config.pairs and single_texts:
+        raise EdgebertError(f"{table}.swap_order and {table}.recombine make new pairs, and this task's examples "
+                            f"are single texts: set them only for a pair task")
 
 
 def recombined(examples: list, tokenizer, config: AugmentConfig) -> list:
@@ -127,8 +127,7 @@ def recombined(examples: list, tokenizer, config: AugmentConfig) -> list:
 def augment(dataset: EncodedDataset, teacher: nn.Module, tokenizer, config: AugmentConfig) -> AugmentedDataset:
     """`dataset`'s texts plus what `config` makes from each (see the module docstring)."""
     examples = dataset.split.examples
-    paired = len(examples) > 1 and all(e.text_pair is not None for e in examples)
-    check_pairs(config, dataset.task.name, dataset.task.kind if paired else "classification", "augment")
+    check_pairs(config, any(e.text_pair is None for e in examples), "augment")
     start, whole = word_starts(tokenizer)
     candidates = np.flatnonzero(whole)
     if config.copies and len(candidates) < 2:

@@ -101,18 +101,11 @@ class TeacherCache:
         """(logits [B, C] or [B, T, C], {layer: hidden [B, T, H]}) zero-padded to `length`."""
         rows = [self.logits[self.logit_offsets[i] : self.logit_offsets[i + 1]] for i in indices]
         if self.token_logits:
-            logits = torch.zeros(len(indices), length, self.logits.shape[1])
-            for j, r in enumerate(rows):
-                logits[j, : len(r)] = torch.from_numpy(np.asarray(r))
+            logits = padded(rows, length)
         else:
             logits = torch.from_numpy(np.concatenate(rows).astype(np.float32))
-        hidden = {}
-        for layer, table in self.hidden.items():
-            h = torch.zeros(len(indices), length, table.shape[1])
-            for j, i in enumerate(indices):
-                r = table[self.offsets[i] : self.offsets[i + 1]]
-                h[j, : len(r)] = torch.from_numpy(r.astype(np.float32))
-            hidden[layer] = h
+        hidden = {layer: padded([table[self.offsets[i] : self.offsets[i + 1]] for i in indices], length)
+                  for layer, table in self.hidden.items()}
         return logits, hidden
 
 
@@ -171,3 +164,11 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def padded(rows: list[np.ndarray], length: int) -> torch.Tensor:
+    """Per-token rows [T_i, D] (read-only memory maps) as one zero-padded float32 tensor [B, length, D]."""
+    out = np.zeros((len(rows), length, rows[0].shape[1]), np.float32)
+    for j, r in enumerate(rows):
+        out[j, : len(r)] = r
+    return torch.from_numpy(out)

@@ -2,7 +2,7 @@
 
 from edgebert.errors import EdgebertError
 from edgebert.passes import DistillConfig, distill
-from edgebert.passes.augment import check_pairs
+from edgebert.passes.augment import SINGLE_TEXT_KINDS, check_pairs
 from edgebert.passes.student import init_student
 
 from ..context import pass_stage
@@ -17,7 +17,7 @@ def check(recipe, options: DistillConfig, encoder, tokenizer) -> None:
                             f"model's {n} layers; use 1..{n}")
     if options.layers is not None and options.layers > n:
         raise EdgebertError(f"distill.layers: {options.layers} is more than the start model's {n} layers; use 1..{n}")
-    check_pairs(options.augment, recipe.task or "this data", recipe.kind, "distill.augment")
+    check_pairs(options.augment, recipe.kind in SINGLE_TEXT_KINDS, "distill.augment")
 
 
 def trains(options: DistillConfig) -> Training:

@@ -3,7 +3,7 @@ from the unpruned model or (`recover_from = "teacher"`) from the teacher of a st
 
 from edgebert.errors import EdgebertError
 from edgebert.passes import PruneConfig, prune
-from edgebert.passes.augment import check_pairs
+from edgebert.passes.augment import SINGLE_TEXT_KINDS, check_pairs
 from edgebert.passes.prune import pruned_shape
 
 from ..context import pass_stage
@@ -17,7 +17,7 @@ def check(recipe, options: PruneConfig, encoder, tokenizer) -> None:
         raise EdgebertError("prune.recover_from = 'teacher' recovers from the distill stage's teacher: put "
                             "\"distill\" before \"prune\" in stages, or use recover_from = 'unpruned'")
     augment = options.recovery.augment if options.recovery is not None else None
-    check_pairs(augment, recipe.task or "this data", recipe.kind, "prune.recovery.augment")
+    check_pairs(augment, recipe.kind in SINGLE_TEXT_KINDS, "prune.recovery.augment")
 
 
 def trains(options: PruneConfig) -> Training:
