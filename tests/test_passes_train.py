@@ -61,13 +61,14 @@ def test_the_moving_average_of_the_weights_is_what_is_returned():
 
     model = tiny_model()
     handle = model.register_forward_pre_hook(record)
-    averaged = finetune(model, config(ema=0.8), TaskData(data)).model
+    averaged = finetune(model, config(ema=0.8, steps=40), TaskData(data)).model  # the decay reaches 0.8 at 31
     handle.remove()
-    last = finetune(tiny_model(), config(), TaskData(data)).model.state_dict()  # the same run, not averaged
+    last = finetune(tiny_model(), config(steps=40), TaskData(data)).model.state_dict()  # the same run, not averaged
     expected = {n: w.clone() for n, w in seen[1].items()}  # the average starts from the first step's weights
-    for weights in seen[2:] + [{n: last[n] for n in expected}]:
+    for updates, weights in enumerate(seen[2:] + [{n: last[n] for n in expected}], start=1):
+        decay = min(0.8, (1 + updates) / (10 + updates))  # warming up: the first weights fade fast
         for n, w in weights.items():
-            expected[n].mul_(0.8).add_(w, alpha=0.2)
+            expected[n].mul_(decay).add_(w, alpha=1 - decay)
     got = averaged.state_dict()
     for n, w in expected.items():
         assert torch.allclose(got[n], w, atol=1e-6), n
@@ -80,6 +81,7 @@ def test_a_new_option_enters_keys_only_when_set():
     plain, averaged = FinetuneConfig(train=TrainConfig(precision="fp32")), \
         FinetuneConfig(train=TrainConfig(ema=0.99, precision="fp32"))
     assert "ema" not in plain.key()["train"] and averaged.key()["train"]["ema"] == 0.99
+    assert "ema_warmup" not in plain.key()["train"] and averaged.key()["train"]["ema_warmup"]
     assert plain.key()["train"] == {k: v for k, v in plain.to_dict()["train"].items()
                                     if k not in ("ema", "device", "precision")}  # the last two: test_device_placement
     with pytest.raises(EdgebertError, match="TrainConfig.ema is a decay"):

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.optim.swa_utils import AveragedModel
 
 from .. import checkpoint
 from ..data import IGNORE, BucketBatchSampler, PadCollator, Task, compute_metrics
@@ -86,8 +86,24 @@ class TrainConfig(Config):
         CPU run's stages)."""
         key = super().key()
         del key["device"], key["precision"]
+        if self.ema:  # runs cached before the average warmed up (warmed_ema) kept barely trained weights in it
+            key["ema_warmup"] = True
         precision = Accelerator.resolve(self.device)[1] if self.precision == "auto" else self.precision
         return key if precision == "fp32" else {**key, "precision": precision}
+
+
+def warmed_ema(decay: float):
+    """AveragedModel's update with its decay warming up, min(decay, (1 + n) / (10 + n)) after n updates, as
+    TensorFlow's ExponentialMovingAverage does given num_updates: at a fixed 0.999 the barely trained first
+    weights keep 0.999 ** steps of the average, half of it after 700 steps (a short fine-tune's whole run)."""
+
+    def update(averaged: list[torch.Tensor], current: list[torch.Tensor], num_averaged: torch.Tensor) -> None:
+        n = int(num_averaged)
+        weight = 1 - min(decay, (1 + n) / (10 + n))
+        for a, c in zip(averaged, current):
+            a.lerp_(c, weight)
+
+    return update
 
 
 class Objective(nn.Module):
@@ -497,8 +513,7 @@ class _Run:
                                            fused=accelerator.device.type in ("cpu", "cuda"))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _schedule(config))
         # an exponential moving average of the weights (Polyak averaging) wanders less than the last step's
-        self.average = (AveragedModel(objective.model, multi_avg_fn=get_ema_multi_avg_fn(config.ema))
-                        if config.ema else None)
+        self.average = (AveragedModel(objective.model, multi_avg_fn=warmed_ema(config.ema)) if config.ema else None)
         self.scored = self.average.module if self.average is not None else objective.model  # evaluated, kept, returned
         self.step, self.history, self.best, self.best_metrics, self.spent = 0, [], -math.inf, {}, 0.0
         self.best_state = None  # the best weights, in memory when there is no work dir
