@@ -138,6 +138,19 @@ def harness(model: Path, inputs: Path, out: Path, runs: int) -> dict:
     return json.loads(out.read_text())
 
 
+def optimum_teacher(name: str, teacher: Path, work: Path) -> Path:
+    """The row's teacher as a Hugging Face folder for Optimum, made again when the teacher is another (a recompiled
+    row's fine-tune is a new stage folder)."""
+    hf, made_from = work / "teachers" / name, work / "teachers" / f"{name}.from"
+    if not made_from.is_file() or made_from.read_text() != str(teacher):
+        from edgebert.checkpoint import load, save_hf
+
+        shutil.rmtree(hf, ignore_errors=True)
+        save_hf(load(teacher), hf, tokenizer_from=teacher)
+        made_from.write_text(str(teacher))
+    return hf
+
+
 def row_of(name: str, work: Path, data: Path, repeats: int, runs: int) -> dict:
     row = ROWS[name]
     out, command, wall = compiled(name, work, data)
@@ -145,12 +158,7 @@ def row_of(name: str, work: Path, data: Path, repeats: int, runs: int) -> dict:
     teacher, length = teacher_of(out, manifest), manifest["recipe"]["max_length"]
     sets = scoring_sets(row, out, teacher, length, data)
     kind = manifest["task"]["kind"]
-    hf = work / "teachers" / name
-    if not (hf / "config.json").is_file():
-        from edgebert.checkpoint import load, save_hf
-
-        shutil.rmtree(hf, ignore_errors=True)
-        save_hf(load(teacher), hf, tokenizer_from=teacher)
+    hf = optimum_teacher(name, teacher, work)
     qname = optimum_config(machine())
     optimum = cached_build(f"optimum-{name}", ["optimum", "--teacher", str(hf), "--config", qname, "--kind", kind],
                            {"teacher": str(teacher), "config": qname, "kind": kind, "v": versions(*DISTS)}, work)

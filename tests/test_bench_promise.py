@@ -1,9 +1,10 @@
-"""bench/promise.py: one row, end to end, from a compile of the tiny checkpoint (the real rows are hours of
+"""bench/promise.py: one row, end to end, from a compile of the tiny checkpoint (the real rows are 8 to 30 minutes of
 training: bench/results/promise.json), the csv row's data as the built-in MRPC reads it, and the verdict."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -22,6 +23,17 @@ def test_the_csv_row_is_mrpc_as_a_users_file(bench_scripts, data_dir, tmp_path):
     assert (train.task.kind, train.task.metric, train.task.labels) == ("pair-classification", "f1",
                                                                        promise.CSV_LABELS)
     assert recipes.for_task(str(tmp_path / "mrpc-train.csv"), **fields).name == "mrpc-minilm.toml"
+
+
+def test_optimums_copy_of_the_teacher_follows_the_rows_teacher(bench_scripts, tiny_checkpoint, tmp_path):
+    made = bench_scripts.promise.optimum_teacher("sst2", tiny_checkpoint, tmp_path)
+    assert (made / "config.json").is_file()
+    (made / "mark").touch()
+    assert bench_scripts.promise.optimum_teacher("sst2", tiny_checkpoint, tmp_path) == made
+    assert (made / "mark").exists()  # the same teacher: kept
+    recompiled = shutil.copytree(tiny_checkpoint, tmp_path / "recompiled")
+    assert bench_scripts.promise.optimum_teacher("sst2", recompiled, tmp_path) == made
+    assert not (made / "mark").exists() and (made / "config.json").is_file()  # another teacher: made again
 
 
 def test_a_row_from_a_real_compile(bench_scripts, tiny_checkpoint, tiny_sst2, tmp_path, monkeypatch):
