@@ -198,16 +198,18 @@ def judged(row: dict) -> dict:
 
 
 def table(results: dict) -> list[str]:
-    """The rows as markdown: in BENCHMARKS.md (bench/_render.py)."""
-    lines = [f"From `python bench/promise.py` on {results['commit']} ({results['machine']}); each row's command is "
-             "in bench/results/promise.json. Metrics in points on the split named; vs Optimum is batch 1, 1 thread, "
-             "real lengths.", "",
-             "| task | metric | teacher | ONNX | TFLite | drop | smaller | vs Optimum | compile | kept |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    """The rows as markdown: in BENCHMARKS.md (bench/_render.py). Rows are run one at a time (--only), so each
+    names its own commit."""
+    lines = [f"From `python bench/promise.py --only TASK` on the commit in each row's last column "
+             f"({results['machine']}); each row's command is in bench/results/promise.json. Metrics in points on the "
+             "split named; vs Optimum is batch 1, 1 thread, real lengths.", "",
+             "| task | metric | teacher | ONNX | TFLite | drop | smaller | vs Optimum | compile | kept | commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         lines.append(f"| {r['task']} | {r['metric']} ({r['split']}) | {r['teacher']:.2f} | {r['onnx']:.2f} | "
                      f"{r['tflite']:.2f} | {-r['drop']:+.2f} | {r['smaller']:.1f}× | {r['vs_optimum_1t']:.2f}× | "
-                     f"{r['compile_s']['total'] / 60:.0f} min | {'yes' if r['kept'] else 'no'} |")
+                     f"{r['compile_s']['total'] / 60:.0f} min | {'yes' if r['kept'] else 'no'} | "
+                     f"{r['commit']} |")
     return lines
 
 

@@ -69,4 +69,4 @@ bench = false
     assert set(row["compile_s"]) >= {"finetune", "quantize", "export", "total"}
     assert row["kept"] == (row["drop"] <= 1.0 and row["smaller"] >= 10 and row["vs_optimum_1t"] >= 3)
     assert any(line.startswith("| sst2 | accuracy (dev) |") for line in
-               promise.table({"rows": [row], "commit": "abc", "machine": "here"}))
+               promise.table({"rows": [{**row, "commit": "abc"}], "commit": "abc", "machine": "here"}))
