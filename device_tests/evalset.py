@@ -41,7 +41,7 @@ def task_of(arrays: dict, where: str = "the eval set") -> dict | None:
         raise HarnessError(f"{where}: labels of shape {list(labels.shape)} but no task entry naming the tags: "
                            "re-export the eval set (edgebert writes one)")
     if labels.dtype.kind == "f":
-        return {"name": None, "kind": "regression", "metric": "pearson", "labels": []}
+        return {"name": None, "kind": "regression", "metric": "spearman", "labels": []}
     return {"name": None, "kind": "classification", "metric": "accuracy", "labels": []}
 
 

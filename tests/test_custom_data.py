@@ -94,9 +94,9 @@ def test_tsv_with_scores_is_regression(files, fault_kit, capsys):
     table = f'[data]\ntrain = "{files}/scores.tsv"\nlabel = "score"\ndev_fraction = 0.2\n'
     bundle, manifest = compile_cli(capsys, fault_kit, files / "out", FAST + table)
     assert not (bundle / "labels.txt").exists() and manifest["labels"] == []
-    assert manifest["task"] == {"name": "scores", "kind": "regression", "metric": "pearson"}
+    assert manifest["task"] == {"name": "scores", "kind": "regression", "metric": "spearman"}
     assert manifest["data"]["dev"]["rows"] == 6
-    assert manifest["verification"]["model.onnx"]["verify"]["metric"] == "pearson"
+    assert manifest["verification"]["model.onnx"]["verify"]["metric"] == "spearman"
 
 
 def table(files, **fields) -> str:

@@ -17,7 +17,7 @@ def config(**kw):
 @pytest.mark.parametrize("task,labels,kind,metric", [
     ("classification", 2, "sequence-classification", "accuracy"),
     ("pair-classification", 2, "sequence-classification", "accuracy"),
-    ("regression", 1, "sequence-classification", "pearson"),
+    ("regression", 1, "sequence-classification", "spearman"),
     ("token-classification", 3, "token-classification", "entity_f1"),
 ])
 def test_finetune_every_task_kind(task, labels, kind, metric, tmp_path):

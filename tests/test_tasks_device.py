@@ -226,7 +226,7 @@ def test_text_refuses_bad_lines_in_one_line(classifier, tmp_path):
 @pytest.mark.parametrize("kind, metric, labels, width", [
     ("pair-classification", "f1", ["not_equivalent", "equivalent"], 2),
     ("classification", "accuracy", ["a", "b", "c"], 3),
-    ("regression", "pearson", [], 1),
+    ("regression", "spearman", [], 1),
 ])
 def test_verification_and_the_harness_score_the_task_metric(kind, metric, labels, width, tmp_path):
     """Export verification (and so the INT8 budget) and the device harness read the metric off the eval

@@ -104,9 +104,10 @@ def _to_examples(
 
 
 def _metric(kind: str, labels: Sequence[str]) -> str:
-    """The metric that picks checkpoints: Pearson for scores, F1 for a yes/no pair task, else accuracy."""
+    """The metric that picks checkpoints: Spearman for scores (the rank correlation STS tasks are ranked by, as the
+    embedding task's cosine Spearman), F1 for a yes/no pair task, else accuracy."""
     if kind == "regression":
-        return "pearson"
+        return "spearman"
     return "f1" if kind == "pair-classification" and len(labels) == 2 else "accuracy"
 
 

@@ -52,7 +52,7 @@ register(Task("sst2", "classification", ("negative", "positive"), "accuracy",
               {"train": "sst2/train.tsv", "dev": "sst2/dev.tsv"}))
 register(Task("mrpc", "pair-classification", ("not_equivalent", "equivalent"), "f1",
               {"train": "mrpc/train.tsv", "dev": "mrpc/dev.tsv", "test": "mrpc/msr_paraphrase_test.txt"}))
-register(Task("stsb", "regression", (), "pearson",
+register(Task("stsb", "regression", (), "spearman",
               {"train": "stsb/train.tsv", "dev": "stsb/dev.tsv", "test": "stsb/sts-test.tsv"}))
 register(Task("conll2003", "token-classification", CONLL_TAGS, "entity_f1",
               {"train": "conll2003/train.txt", "dev": "conll2003/dev.txt", "test": "conll2003/test.txt"}))

@@ -223,7 +223,7 @@ def task_of(model: nn.Module, dataset: Sequence) -> Task:
         return Task("custom", "token-classification", tuple(head.labels or map(str, range(head.num_labels))),
                     "entity_f1")
     if head.num_labels == 1:
-        return Task("custom", "regression", (), "pearson")
+        return Task("custom", "regression", (), "spearman")
     return Task("custom", "classification", tuple(head.labels or map(str, range(head.num_labels))), "accuracy")
 
 
