@@ -139,15 +139,17 @@ def harness(model: Path, inputs: Path, out: Path, runs: int) -> dict:
 
 
 def optimum_teacher(name: str, teacher: Path, work: Path) -> Path:
-    """The row's teacher as a Hugging Face folder for Optimum, made again when the teacher is another (a recompiled
-    row's fine-tune is a new stage folder)."""
+    """The row's teacher as a Hugging Face folder for Optimum, made again when the teacher is another: a recompiled
+    row's fine-tune is a new stage folder, or the same folder written again."""
     hf, made_from = work / "teachers" / name, work / "teachers" / f"{name}.from"
-    if not made_from.is_file() or made_from.read_text() != str(teacher):
+    stamp = json.dumps([str(teacher), sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                                             for f in Path(teacher).iterdir() if f.is_file())])
+    if not made_from.is_file() or made_from.read_text() != stamp:
         from edgebert.checkpoint import load, save_hf
 
         shutil.rmtree(hf, ignore_errors=True)
         save_hf(load(teacher), hf, tokenizer_from=teacher)
-        made_from.write_text(str(teacher))
+        made_from.write_text(stamp)
     return hf
 
 
