@@ -138,12 +138,16 @@ def harness(model: Path, inputs: Path, out: Path, runs: int) -> dict:
     return json.loads(out.read_text())
 
 
-def optimum_teacher(name: str, teacher: Path, work: Path) -> Path:
-    """The row's teacher as a Hugging Face folder for Optimum, made again when the teacher is another: a recompiled
-    row's fine-tune is a new stage folder, or the same folder written again."""
+def identity(teacher: Path) -> str:
+    """What tells one teacher from another: a recompiled row's fine-tune is a new stage folder, or the same folder
+    written again."""
+    return json.dumps([str(teacher), sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                                            for f in teacher.iterdir() if f.is_file())])
+
+
+def optimum_teacher(name: str, teacher: Path, stamp: str, work: Path) -> Path:
+    """The row's teacher as a Hugging Face folder for Optimum, made again when its identity (`stamp`) changes."""
     hf, made_from = work / "teachers" / name, work / "teachers" / f"{name}.from"
-    stamp = json.dumps([str(teacher), sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns)
-                                             for f in Path(teacher).iterdir() if f.is_file())])
     if not made_from.is_file() or made_from.read_text() != stamp:
         from edgebert.checkpoint import load, save_hf
 
@@ -160,10 +164,11 @@ def row_of(name: str, work: Path, data: Path, repeats: int, runs: int) -> dict:
     teacher, length = teacher_of(out, manifest), manifest["recipe"]["max_length"]
     sets = scoring_sets(row, out, teacher, length, data)
     kind = manifest["task"]["kind"]
-    hf = optimum_teacher(name, teacher, work)
+    stamp = identity(teacher)  # Optimum's copy of the teacher and its INT8 build are both redone when it changes
+    hf = optimum_teacher(name, teacher, stamp, work)
     qname = optimum_config(machine())
     optimum = cached_build(f"optimum-{name}", ["optimum", "--teacher", str(hf), "--config", qname, "--kind", kind],
-                           {"teacher": str(teacher), "config": qname, "kind": kind, "v": versions(*DISTS)}, work)
+                           {"teacher": stamp, "config": qname, "kind": kind, "v": versions(*DISTS)}, work)
     peer = work / f"optimum-{name}" / optimum["files"]["int8"]
     scores, ratios = {}, []
     for r in range(repeats):

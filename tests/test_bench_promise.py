@@ -26,16 +26,20 @@ def test_the_csv_row_is_mrpc_as_a_users_file(bench_scripts, data_dir, tmp_path):
 
 
 def test_optimums_copy_of_the_teacher_follows_the_rows_teacher(bench_scripts, tiny_checkpoint, tmp_path):
-    optimum_teacher = bench_scripts.promise.optimum_teacher
+    promise = bench_scripts.promise
+
+    def optimum_teacher(teacher):
+        return promise.optimum_teacher("sst2", teacher, promise.identity(teacher), tmp_path)
+
     teacher = shutil.copytree(tiny_checkpoint, tmp_path / "teacher")
-    made = optimum_teacher("sst2", teacher, tmp_path)
+    made = optimum_teacher(teacher)
     assert (made / "config.json").is_file()
     (made / "mark").touch()
-    assert optimum_teacher("sst2", teacher, tmp_path) == made and (made / "mark").exists()  # the same teacher: kept
+    assert optimum_teacher(teacher) == made and (made / "mark").exists()  # the same teacher: kept
     (teacher / "config.json").write_text((teacher / "config.json").read_text() + "\n")  # the stage written again
-    assert optimum_teacher("sst2", teacher, tmp_path) == made and not (made / "mark").exists()
+    assert optimum_teacher(teacher) == made and not (made / "mark").exists()
     (made / "mark").touch()
-    assert optimum_teacher("sst2", tiny_checkpoint, tmp_path) == made  # another stage folder
+    assert optimum_teacher(tiny_checkpoint) == made  # another stage folder
     assert not (made / "mark").exists() and (made / "config.json").is_file()
 
 
