@@ -25,7 +25,7 @@ def pick_rows(arrays: dict, rows) -> dict:
 
 def task_of(arrays: dict, where: str = "the eval set") -> dict | None:
     """{name, kind, metric, labels} from the `task` entry; without one, read off the labels (float:
-    regression by Pearson, else classification by accuracy); None without labels either."""
+    regression by Spearman, else classification by accuracy); None without labels either."""
     if TASK in arrays:
         try:
             task = json.loads(str(np.asarray(arrays[TASK]).reshape(-1)[0]))

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from edgebert.data import (
+    CONLL_TAGS,
     IGNORE,
     TASKS,
     BucketBatchSampler,
@@ -27,6 +28,7 @@ from edgebert.data import (
     load_table,
     load_task,
     make_loader,
+    metric_of,
     nsp_pairs,
     pretokenize_eval,
 )
@@ -521,3 +523,17 @@ def test_compute_metrics_picks_the_task_metrics():
     gold = np.array([[IGNORE, tags.index("B-PER"), tags.index("I-PER"), IGNORE]])
     guess = np.array([[0, tags.index("B-PER"), tags.index("I-PER"), tags.index("B-LOC")]])  # IGNORE slots skipped
     assert compute_metrics("conll2003", guess, gold)["entity_f1"] == 1.0
+
+
+@pytest.mark.parametrize("kind, labels, metric", [
+    ("classification", ("neg", "pos"), "accuracy"),
+    ("pair-classification", ("no", "yes"), "f1"),
+    ("pair-classification", ("a", "b", "c"), "accuracy"),  # F1 names one positive class: three have none
+    ("regression", (), "spearman"),
+    ("token-classification", CONLL_TAGS, "entity_f1"),
+    ("embedding", (), "cosine_spearman"),
+])
+def test_a_kind_has_one_metric_and_the_built_in_tasks_use_it(kind, labels, metric):
+    assert metric_of(kind, labels) == metric
+    built_in = [get_task(name) for name in ("sst2", "mrpc", "stsb", "conll2003", "stsb-embedding")]
+    assert all(t.metric == metric_of(t.kind, t.labels) for t in built_in)

@@ -16,11 +16,12 @@ from .holdout import carve
 from .tables import DataConfig, is_data_file, load_data, load_hf, load_table
 from .tasks import (
     CONLL_TAGS, DEFAULT_DATA, EMBEDDED_DATA, IGNORE, KINDS, TASKS, Example, Split, Task, data_root, get_task,
+    metric_of,
 )
 
 __all__ = [
     "CONLL_TAGS", "DEFAULT_DATA", "EMBEDDED_DATA", "IGNORE", "KINDS", "TASKS", "BucketBatchSampler", "DataConfig",
     "EncodedDataset", "Example", "MLMCollator", "PadCollator", "Split", "Task", "TaskData", "carve",
     "compute_metrics", "data_root", "encode_split", "get_task", "is_data_file", "load_data", "load_hf",
-    "load_table", "load_task", "make_loader", "nsp_pairs", "pad", "pretokenize_eval",
+    "load_table", "load_task", "make_loader", "metric_of", "nsp_pairs", "pad", "pretokenize_eval",
 ]

@@ -18,7 +18,7 @@ from ..errors import EdgebertError
 from ..tokenizer import _first_line
 from .holdout import carve
 from .readers import _BadRow, _kind, _label, _lines, _Rows, _text, nonempty, read_text
-from .tasks import Example, Split, Task
+from .tasks import Example, Split, Task, metric_of
 
 SUFFIXES = (".csv", ".tsv", ".jsonl")
 
@@ -103,14 +103,6 @@ def _to_examples(
     return examples
 
 
-def _metric(kind: str, labels: Sequence[str]) -> str:
-    """The metric that picks checkpoints: Spearman for scores (the rank correlation STS tasks are ranked by, as the
-    embedding task's cosine Spearman), F1 for a yes/no pair task, else accuracy."""
-    if kind == "regression":
-        return "spearman"
-    return "f1" if kind == "pair-classification" and len(labels) == 2 else "accuracy"
-
-
 def _is_score(value) -> bool:
     """A label that reads as a score: a JSON float, or text like "3.8" or "1e-2" (not "3")."""
     if isinstance(value, float):
@@ -174,7 +166,7 @@ def load_table(
     records = [(f"{path}:{number}", record) for number, record in _records(path)]
     found = [r.get(label_column) for _, r in records if isinstance(r, dict)]
     kind, labels = _infer(found, kind, bool(text_pair_column), labels)
-    task = Task(path.stem, kind, labels, _metric(kind, labels))
+    task = Task(path.stem, kind, labels, metric_of(kind, labels))
     rows = _Rows(str(path), on_bad_row)
     examples = _to_examples(records, task, text_column, text_pair_column, label_column, rows)
     return Split(task, path.stem, nonempty(examples, path, rows), rows.finish())
@@ -220,7 +212,7 @@ def load_hf(
         kind = "pair-classification" if text_pair_column else "classification"
     kind, labels = _infer([r.get(label_column) for _, r in records], kind, bool(text_pair_column),
                           labels if labels is not None else names or None)
-    task = Task(f"{name}/{config}" if config else name, kind, labels, _metric(kind, labels))
+    task = Task(f"{name}/{config}" if config else name, kind, labels, metric_of(kind, labels))
     rows = _Rows(f"{name}[{split}]", on_bad_row)
     examples = _to_examples(records, task, text_column, text_pair_column, label_column, rows)
     return Split(task, split, nonempty(examples, f"{name}[{split}]", rows), rows.finish())
@@ -342,6 +334,6 @@ def load_data(config: DataConfig, *, seed: int, on_bad_row: str = "error") -> tu
         record["train"]["rows"] = len(train)
     path = Path(config.train or "")
     default = train.task.name if config.dataset else path.parent.resolve().name if path.stem == "train" else path.stem
-    task = Task(config.name or default, kind, labels, _metric(kind, labels))
+    task = Task(config.name or default, kind, labels, metric_of(kind, labels))
     record["columns"] = {"text": config.text, "pair": config.pair, "label": config.label}
     return replace(train, task=task, name="train"), replace(dev, task=task, name="dev"), record

@@ -21,6 +21,7 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 EMBEDDED_DATA = Path(__file__).resolve().parent / "embedded"
 EMBEDDED_ROWS = {"sst2": 3000}  # task -> the training rows EMBEDDED_DATA holds of it (embedded/SOURCE.md)
 KINDS = ("classification", "pair-classification", "regression", "token-classification", "embedding")
+METRICS = {"regression": "spearman", "token-classification": "entity_f1", "embedding": "cosine_spearman"}
 CONLL_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 
 
@@ -39,6 +40,15 @@ class Task:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise EdgebertError(f"task {self.name}: unknown kind {self.kind!r}; use one of {KINDS}")
+
+
+def metric_of(kind: str, labels: tuple[str, ...] | list[str] = ()) -> str:
+    """The metric that picks a task's checkpoints by its kind: Spearman for scores (the rank correlation STS
+    benchmarks are ranked by), entity F1 for tags, cosine Spearman for embeddings, F1 for a yes/no pair task,
+    else accuracy."""
+    if kind in METRICS:
+        return METRICS[kind]
+    return "f1" if kind == "pair-classification" and len(labels) == 2 else "accuracy"
 
 
 TASKS: Registry[Task] = Registry("task")

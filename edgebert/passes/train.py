@@ -37,7 +37,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
 from .. import checkpoint
-from ..data import IGNORE, BucketBatchSampler, PadCollator, Task, compute_metrics
+from ..data import IGNORE, BucketBatchSampler, PadCollator, Task, compute_metrics, metric_of
 from ..device_tests.metrics import points
 from ..config import Config
 from ..errors import EdgebertError
@@ -217,14 +217,10 @@ def task_of(model: nn.Module, dataset: Sequence) -> Task:
     if task is not None:
         return task
     head = model.head
-    if head.kind == "embedding":
-        return Task("custom", "embedding", (), "cosine_spearman")
-    if head.kind == "token-classification":
-        return Task("custom", "token-classification", tuple(head.labels or map(str, range(head.num_labels))),
-                    "entity_f1")
-    if head.num_labels == 1:
-        return Task("custom", "regression", (), "spearman")
-    return Task("custom", "classification", tuple(head.labels or map(str, range(head.num_labels))), "accuracy")
+    kind = head.kind if head.kind in ("embedding", "token-classification") else \
+        "regression" if head.num_labels == 1 else "classification"
+    labels = () if kind in ("embedding", "regression") else tuple(head.labels or map(str, range(head.num_labels)))
+    return Task("custom", kind, labels, metric_of(kind, labels))
 
 
 @torch.no_grad()
