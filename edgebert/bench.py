@@ -29,12 +29,26 @@ from .targets import Adb, BenchError, Job, Local, jobs_for, parse
 
 DEFAULT_RUNS = {"warmup": 10, "runs": 100}
 EMULATED_RUNS = {"warmup": 1, "runs": 5}  # emulated float math is 300-500x slower
+# A thread more must cut a file's median latency by a tenth for the bundle to recommend it: a phone core spent
+# for less is power and heat the app pays for, and a second thread barely moves a small model at batch 1
+# (ONNX Runtime's per-op handoff outweighs the split of a 25-token MatMul)
+THREAD_GAIN = 0.9
 NO_GOLDEN = ("no golden outputs to check it against: a bundle written before them (compile it again) or a file "
              "outside a bundle")
 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr)
+
+
+def recommended_threads(p50_by_threads: dict[int, float]) -> int:
+    """The thread count to run a file at, from its median latency at each count measured: the fewest threads
+    whose latency no count above them beats by more than THREAD_GAIN."""
+    best = min(p50_by_threads)
+    for n in sorted(p50_by_threads):
+        if p50_by_threads[n] < THREAD_GAIN * p50_by_threads[best]:
+            best = n
+    return best
 
 
 def resolve(model_or_bundle, fmt: str | None = None, inputs=None,

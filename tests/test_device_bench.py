@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from edgebert.bench import bench, load, register, table, write_report
+from edgebert.bench import bench, load, recommended_threads, register, table, write_report
 from edgebert.targets import BenchError
 
 
@@ -161,3 +161,15 @@ def test_delegate_fit_of_the_tiny_files(tiny):
     assert "FULLY_CONNECTED (hybrid)" not in int8["delegates"]["xnnpack"]["blockers"]  # XNNPACK runs hybrid FC
     assert not any("hybrid" in b for b in fp32["delegates"]["integer-npu"]["blockers"])
     assert all(not d["whole"] for d in int8["delegates"].values())  # int32 index ops stay on the CPU
+
+
+@pytest.mark.parametrize("p50, threads", [
+    ({1: 0.84, 2: 0.92}, 1),  # the student at batch 1: a second thread is slower
+    ({1: 1.00, 2: 0.95}, 1),  # 5% faster: not worth a core
+    ({1: 1.00, 2: 0.60}, 2),
+    ({1: 1.00, 2: 0.80, 4: 0.78}, 2),  # 4 threads beat 2 by less than a tenth
+    ({1: 1.00, 2: 0.80, 4: 0.50}, 4),
+    ({2: 0.5}, 2),  # one count measured: that one
+])
+def test_a_thread_more_is_recommended_where_it_cuts_the_median_by_a_tenth(p50, threads):
+    assert recommended_threads(p50) == threads

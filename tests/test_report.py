@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from edgebert.bench import recommended_threads
 from edgebert.export import OnnxExportConfig, export
 from edgebert.pipeline import compile as compiler
 from edgebert.pipeline.bundle import read_bundle, write_bundle
@@ -137,6 +138,19 @@ def test_files_show_tail_latency_load_time_memory_and_agreement(bundle):
         assert row[files[0].index("Load ms")] == f"{bench['load_ms']:.3f}"
         assert float(row[files[0].index("Peak RSS MB")]) > 0
         assert len(bench["latency_runs_ms"]) == 50  # the harness returns every timed run
+
+
+def test_each_file_is_timed_at_each_thread_count_and_the_bundle_names_one(bundle):
+    manifest = read_bundle(bundle)
+    files = _Tables((bundle / "report.html").read_text()).tables["files"]
+    cores = next(iter(manifest["bench_local"].values()))["device"]["cores_usable"]
+    for row in files[1:]:
+        bench = manifest["bench_local"][row[0]]
+        p50 = {int(n): ms for n, ms in bench["p50_ms_by_threads"].items()}
+        assert sorted(p50) == [n for n in (1, 2) if n <= cores] and p50[1] == bench["latency_ms"]["p50"]
+        assert bench["recommended_threads"] == recommended_threads(p50)
+        assert row[files[0].index("Threads to run it at")] == str(bench["recommended_threads"])
+        assert row[files[0].index("p50 ms by threads")] == ", ".join(f"{n}: {ms:.3g}" for n, ms in p50.items())
 
 
 def test_npu_providers_share_of_each_onnx_file_is_shown(bundle):

@@ -184,6 +184,8 @@ def _files(record: dict) -> dict[str, dict]:
             "latency": b.get("latency_ms"), "latency_runs_ms": b.get("latency_runs_ms"),
             "load_ms": b.get("load_ms"), "first_ms": b.get("first_inference_ms"), "peak_rss_mb": b.get("peak_rss_mb"),
             "threads": b.get("threads"), "runtime": b.get("runtime"), "profile": _profile(b.get("profile")),
+            "p50_by_threads": {n: f"{ms:.3g}" for n, ms in (b.get("p50_ms_by_threads") or {}).items()},
+            "recommended_threads": b.get("recommended_threads"),
             "errors": _errors(b.get("errors"))}
     return out
 
