@@ -39,8 +39,8 @@ from .search import check_floor, search, search_lines
 from .stages import STAGES, bundle_stage
 
 # bench/compare.py's results, in the repository this edgebert runs from (not the current directory)
-THREADS = (1, 2)  # the local bench times each file at each count this machine has; its figures are the first's
 COMPARE = Path(__file__).resolve().parents[2] / "bench" / "results" / "compare.json"
+THREADS = (1, 2)  # the local bench times each file at each count this machine has; its figures are the first's
 
 
 def _key(*parts) -> str:
@@ -354,11 +354,14 @@ def _bench_files(ctx: Context, state: State, labels: list[str]) -> dict[str, dic
     inputs = eval_file(ctx)
     results = {}
     for name, path in sorted(state.files.items()):
-        runs = {}
-        for n in THREADS:  # the first's device section says how many cores the harness could use
-            if not runs or n <= runs[THREADS[0]]["device"]["cores_usable"]:
-                runs[n] = bench(path, inputs=inputs, target="local", threads=n, warmup=5, runs=50, log=log)["runs"][0]
-        run, p50 = runs[THREADS[0]], {n: r["latency_ms"]["p50"] for n, r in runs.items()}
+        def timed(threads: int) -> dict:
+            return bench(path, inputs=inputs, target="local", threads=threads, warmup=5, runs=50, log=log)["runs"][0]
+
+        run = timed(THREADS[0])
+        p50 = {THREADS[0]: run["latency_ms"]["p50"]}
+        for n in THREADS[1:]:  # as many as the harness could use (its device section says)
+            if n <= run["device"]["cores_usable"]:
+                p50[n] = timed(n)["latency_ms"]["p50"]
         results[name] = {"latency_ms": run["latency_ms"], "latency_runs_ms": run["latency_runs_ms"],
                          "p50_ms_by_threads": {str(n): ms for n, ms in p50.items()},
                          "recommended_threads": recommended_threads(p50),
