@@ -14,7 +14,8 @@ redoes nothing that is done. A task with no recipe named gets the packaged recip
   task's kind) against model.onnx, both timed by the harness at batch 1, 1 thread, real lengths, on the same
   rows, alternating, `--repeats` times: the median of the per-repeat ratios of p50s;
 - `compile_s`: the compile's own seconds per stage, and its wall time in all.
-Writes RESULTS/promise.json ({"rows": [...], "commit", "machine"}); BENCHMARKS.md shows it (compare.py --render).
+Writes RESULTS/promise.json ({"rows": [...], "commit"}; each row names its commit and machine); BENCHMARKS.md
+shows it (compare.py --render).
 CoNLL-2003 is research-only: its bundle stays under WORK. Timings are ratios: run it alone on the machine.
 """
 
@@ -205,19 +206,21 @@ def judged(row: dict) -> dict:
 
 
 def table(results: dict) -> list[str]:
-    """The rows as markdown: in BENCHMARKS.md (bench/_render.py). Rows are run one at a time (--only), so each
-    names its own commit."""
-    lines = [f"From `python bench/promise.py --only TASK` on the commit in each row's last column "
-             f"({results['machine']}); each row's command is in bench/results/promise.json. Metrics in points on the "
-             "split named; vs Optimum is batch 1, 1 thread, real lengths.", "",
-             "| task | metric | teacher | ONNX | TFLite | drop | smaller | vs Optimum | compile | kept | commit |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """The rows as markdown: in BENCHMARKS.md (bench/_render.py). Rows are run one at a time (--only), maybe in
+    different sessions on different CPUs, so each names its own commit and machine."""
+    machines = list(dict.fromkeys(r["machine"] for r in results["rows"]))
+    lines = [f"From `python bench/promise.py --only TASK` on the commit and machine in each row's last columns; "
+             "each row's command is in bench/results/promise.json. Metrics in points on the split named; vs Optimum "
+             "is batch 1, 1 thread, real lengths, so compare it within a row.", "",
+             "| task | metric | teacher | ONNX | TFLite | drop | smaller | vs Optimum | compile | kept | commit "
+             "| machine |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         lines.append(f"| {r['task']} | {r['metric']} ({r['split']}) | {r['teacher']:.2f} | {r['onnx']:.2f} | "
                      f"{r['tflite']:.2f} | {-r['drop']:+.2f} | {r['smaller']:.1f}× | {r['vs_optimum_1t']:.2f}× | "
                      f"{r['compile_s']['total'] / 60:.0f} min | {'yes' if r['kept'] else 'no'} | "
-                     f"{r['commit']} |")
-    return lines
+                     f"{r['commit']} | {machines.index(r['machine']) + 1} |")
+    return lines + [""] + [f"Machine {i}: {m}." for i, m in enumerate(machines, 1)]
 
 
 def main(argv=None) -> int:
@@ -238,15 +241,15 @@ def main(argv=None) -> int:
     data, work = data_root(args.data), Path(args.work)
     path = Path(args.results) / "promise.json"
     kept = {r["task"]: r for r in json.loads(path.read_text())["rows"]} if path.is_file() else {}
+    m = machine()
+    here = f"{m['cpu_model']}, {m['cores']} cores, {', '.join(m['isa_features'])}"
     for name in names:
-        kept[name] = {**judged(row_of(name, work, data, args.repeats, args.runs)), "commit": commit()}
+        kept[name] = {**judged(row_of(name, work, data, args.repeats, args.runs)), "commit": commit(), "machine": here}
     for name, row in kept.items():
         twin = kept.get(ROWS[name].get("same_as", ""))
         if twin:
             row["same_as_built_in"] = all(row[k] == twin[k] for k in ("teacher", "onnx", "tflite"))
-    m = machine()
-    results = {"rows": [kept[n] for n in ROWS if n in kept], "commit": commit(),
-               "machine": f"{m['cpu_model']}, {m['cores']} cores, {', '.join(m['isa_features'])}"}
+    results = {"rows": [kept[n] for n in ROWS if n in kept], "commit": commit()}
     write_json(path, results, indent=1)
     print("\n".join(table(results)))
     return 0

@@ -362,12 +362,14 @@ def test_the_table_is_generated_and_says_the_machine(bench_scripts, tmp_path, mo
     assert bench_scripts.compare.main(["--render", "--results", str(results), "--markdown", str(md)]) == 0
     assert md.read_text() == render({**result, "compile_cost": cost, "charts": charts})
     assert "## What a compile costs" in md.read_text()
-    promise = {"commit": "abc", "machine": "a CPU", "rows": [
+    promise = {"commit": "abc", "rows": [
         {"task": "mrpc", "metric": "f1", "split": "dev", "teacher": 87.9, "onnx": 84.7, "tflite": 85.2, "drop": 3.2,
-         "smaller": 11.5, "vs_optimum_1t": 3.6, "compile_s": {"total": 1452}, "kept": False, "commit": "abc"}]}
+         "smaller": 11.5, "vs_optimum_1t": 3.6, "compile_s": {"total": 1452}, "kept": False, "commit": "abc",
+         "machine": "a CPU"}]}
     (tmp_path / "promise.json").write_text(json.dumps(promise))  # bench/promise.py's, shown as found
     assert bench_scripts.compare.main(["--render", "--results", str(results), "--markdown", str(md)]) == 0
-    assert "| mrpc | f1 (dev) | 87.90 | 84.70 | 85.20 | -3.20 | 11.5× | 3.60× | 24 min | no | abc |" in md.read_text()
+    assert "| mrpc | f1 (dev) | 87.90 | 84.70 | 85.20 | -3.20 | 11.5× | 3.60× | 24 min | no | abc | 1 |" in md.read_text()
+    assert "Machine 1: a CPU." in md.read_text()
     assert "ran beside other work, were re-run and are left out" in text
     result["load_average"][0]["other_cores"] = 0.9  # someone else's job ran during a repeat that was used
     assert "the machine was busy" in render(result)
