@@ -623,7 +623,8 @@ class Ngrams(nn.Module):
         x = x * attention_mask.unsqueeze(-1).to(x.dtype)
         side = self.window // 2
         padded = F.pad(x, (0, 0, side, side))
-        windows = torch.cat([padded[:, i : i + x.shape[1]] for i in range(self.window)], dim=-1)
+        # ends counted from the back are constants, so the exported graph does no shape arithmetic per call
+        windows = torch.cat([padded[:, i : (i - self.window + 1) or None] for i in range(self.window)], dim=-1)
         return F.relu(self.linear(windows))
 
 
