@@ -134,8 +134,8 @@ def parser() -> argparse.ArgumentParser:
                       "cuda, cuda:N or mps. Export and quantization run on the CPU; a resume may change it")
     comp.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), help="the training forward pass's: "
                       "auto (the default: bf16 on a CUDA GPU that has it, else fp16 with a gradient scaler; bf16 on a "
-                      "CPU with AMX; else fp32), or one of them (fp16: CUDA only). Stages trained in another precision "
-                      "are not resumed")
+                      "CPU with AVX512-BF16 or AMX; else fp32), or one of them (fp16: CUDA only). Stages trained in "
+                      "another precision are not resumed")
     comp.add_argument("--resume", action="store_true", help="continue an existing output folder")
     comp.add_argument("--force", action="store_true", help="delete an existing output folder first")
     comp.add_argument("--no-bench", action="store_true", help="skip the local benchmark of the bundle")

@@ -18,8 +18,9 @@ GPU = torch.cuda.is_available() or torch.backends.mps.is_available()
 
 
 @pytest.mark.skipif(GPU, reason="auto takes the GPU here")
-def test_auto_is_the_cpu_in_bf16_where_it_has_amx_else_fp32_on_a_machine_without_a_gpu():
-    native = "bf16" if "amx_bf16" in Path("/proc/cpuinfo").read_text().split() else "fp32"
+def test_auto_is_the_cpu_in_bf16_where_it_has_bf16_hardware_else_fp32_on_a_machine_without_a_gpu():
+    flags = Path("/proc/cpuinfo").read_text().split()
+    native = "bf16" if "amx_bf16" in flags or "avx512_bf16" in flags else "fp32"
     assert Accelerator.resolve() == (CPU, native)
     accelerator = Accelerator.current(TrainConfig())
     assert (accelerator.device, accelerator.precision) == (CPU, native)
@@ -79,7 +80,7 @@ def test_keys_hold_the_precision_when_it_is_not_fp32_and_never_the_device():
     assert "device" not in plain and "precision" not in plain  # as before these options existed
     assert key(device="cuda:1", precision="fp32") == plain  # a CUDA fp32 run resumes a CPU fp32 run's stages
     assert key(precision="bf16") == {**plain, "precision": "bf16"}
-    if not GPU:  # auto is this CPU's: bf16 with AMX, else fp32
+    if not GPU:  # auto is this CPU's: bf16 with AVX512-BF16 or AMX, else fp32
         assert FinetuneConfig().key()["train"] == key(precision=Accelerator.resolve()[1])
 
 

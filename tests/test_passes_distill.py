@@ -120,8 +120,8 @@ def test_distilled_student_learns_the_teacher(tmp_path):
         return float((student(ids, mask, types) - teacher(ids, mask, types)).abs().mean())
 
     before = gap()
-    # fp32: under bf16 autocast (auto's on a CPU with AMX) these tiny models' gap grows in 30 steps, not shrinks:
-    # this test is about the loss, not the precision
+    # fp32: under bf16 autocast (auto's on a CPU with bf16 hardware) these tiny models' gap grows in 30 steps, not
+    # shrinks: this test is about the loss, not the precision
     trained = distill(student, config(train={"steps": 30, "lr": 3e-3, "precision": "fp32"}), TaskData(data),
                       teacher=teacher, work_dir=tmp_path).model
     assert trained is student and gap() < before

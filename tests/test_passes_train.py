@@ -77,7 +77,7 @@ def test_the_moving_average_of_the_weights_is_what_is_returned():
 
 def test_a_new_option_enters_keys_only_when_set():
     """Config.added: runs cached before `ema` existed keep their keys; a run that sets it gets its own."""
-    # fp32, as every run cached before `ema` trained (auto is bf16 on a CPU with AMX: test_device_placement)
+    # fp32, as every run cached before `ema` trained (auto is bf16 on a CPU with bf16 hardware: test_device_placement)
     plain, averaged = FinetuneConfig(train=TrainConfig(precision="fp32")), \
         FinetuneConfig(train=TrainConfig(ema=0.99, precision="fp32"))
     assert "ema" not in plain.key()["train"] and averaged.key()["train"]["ema"] == 0.99

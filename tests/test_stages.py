@@ -113,7 +113,7 @@ def test_the_pipeline_names_no_stage():
 
 def test_the_shipped_recipe_keeps_its_training_folders():
     """--resume reuses the training stages an earlier edgebert ran: their folder names must not move (in fp32, what
-    every CPU trained in before bf16 became auto's on a CPU with AMX)."""
+    every CPU trained in before bf16 became auto's on a CPU with bf16 hardware)."""
     recipe = recipes.with_device(recipes.load(ROOT / "edgebert" / "recipes" / "sst2-minilm-long.toml"), "cpu", "fp32")
     key, folders = "START", []
     for i, name in enumerate(recipe.stages, 1):

@@ -1,7 +1,8 @@
 """The teacher cache: a teacher's logits and hidden states computed once per (teacher, data, layers),
 so every student epoch costs only the student. They are computed on the training device at its training
-precision (bf16 autocast on an AMX CPU, as the student trains there: labelling the copies of the text is most
-of a recovery's setup), and stored on disk; a lookup gives CPU tensors that travel to the device with their batch."""
+precision (bf16 autocast on a CPU with bf16 hardware, as the student trains there: labelling the copies of the
+text is most of a recovery's setup), and stored on disk; a lookup gives CPU tensors that travel to the device with
+their batch."""
 
 from __future__ import annotations
 
