@@ -61,6 +61,12 @@ def machine() -> dict:
     return info
 
 
+def machine_line() -> str:
+    """This machine in one line: CPU model, cores and the ISA features that decide its speed and training precision."""
+    m = machine()
+    return f"{m['cpu_model']}, {m['cores']} cores, {', '.join(m['isa_features'])}"
+
+
 def optimum_config(mach: dict) -> str:
     """The AutoQuantizationConfig an Optimum user picks for this CPU (`machine()`)."""
     return "avx512_vnni" if mach["vnni"] else "avx2"

@@ -17,8 +17,8 @@ sentences). The runs:
 - cuts: no compile; each change from the long recipe to the default (CUTS), and what the compile's own estimate
   says it saves on this machine.
 Writes RESULTS/compile-cost.json (one object per run: device, threads_or_gpus, precision, stage_seconds,
-total_s, estimate_s, dev_accuracy, command, commit) and compile-cost.md; runs not asked for keep their earlier
-entry.
+total_s, estimate_s, dev_accuracy, command, commit, machine) and compile-cost.md; runs not asked for keep their
+earlier entry.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from _figures import commit
+from _measure import machine_line
 from edgebert.device_tests.files import write_bytes, write_json
 from edgebert.device_tests.metrics import points
 from edgebert.device_tests.versions import versions
@@ -163,21 +164,24 @@ def cuts() -> list[dict]:
 
 def table(results: dict) -> list[str]:
     """The runs and the cuts as markdown: here, and in BENCHMARKS.md (bench/_render.py)."""
-    lines = [f"From `python bench/compile_cost.py` ({results['machine']}); each run names its command and commit.", "",
-             "| run | command | commit | device | threads or GPUs | precision | stage seconds | total | estimated | "
-             "ONNX dev accuracy |", "|---|---|---|---|---|---|---|---|---|---|"]
+    machines = list(dict.fromkeys(r["machine"] for r in results["runs"].values()))
+    lines = ["From `python bench/compile_cost.py`; each run names its command, commit and machine.", "",
+             "| run | command | commit | machine | device | threads or GPUs | precision | stage seconds | total | "
+             "estimated | ONNX dev accuracy |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results["runs"].items():
+        where = machines.index(r["machine"]) + 1
         if "skipped" in r:
-            lines.append(f"| {name} | | {r.get('commit', '')} | | | | skipped: {r['skipped']} | | | |")
+            lines.append(f"| {name} | | {r.get('commit', '')} | {where} | | | | skipped: {r['skipped']} | | | |")
             continue
         stages = ", ".join(f"{k} {v:.0f}" for k, v in r["stage_seconds"].items())
         estimate = f"{r['estimate_s'] / 60:.1f} min" if r["estimate_s"] else "-"
-        lines.append(f"| {name} | `{r['command']}` | {r['commit']} | {r['device']} | {r['threads_or_gpus']} | "
+        lines.append(f"| {name} | `{r['command']}` | {r['commit']} | {where} | {r['device']} | {r['threads_or_gpus']} | "
                      f"{r['precision']} | {stages} | {r['total_s'] / 60:.1f} min | {estimate} | "
                      f"{r['dev_accuracy']:.2f}% |")
     lines.append("\nTotal is the command's wall time; stage seconds are each stage's own, the teacher's labels "
                  "included (the rest is loading the data and writing the bundle). Estimated is what the compile said "
-                 "before its first stage trained, from a warm-up on this machine.")
+                 "before its first stage trained, from a warm-up on its machine.")
+    lines += [""] + [f"Machine {i}: {m}." for i, m in enumerate(machines, 1)]
     if results.get("cuts"):
         lines += ["", "What each change from the long recipe to the default saves, one at a time, each timed by the "
                   "compile's own estimate on this machine (a warm-up of every model shape; no training). What they "
@@ -196,8 +200,6 @@ def markdown(results: dict) -> str:
 
 
 def main() -> None:
-    import torch
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", default="cuts,default,torchrun,quick",
                         help=f"comma-separated, of {', '.join(RUNS)} and cuts (each cut's estimated saving)")
@@ -209,15 +211,15 @@ def main() -> None:
     if unknown:
         sys.exit(f"compile_cost: unknown run(s) {', '.join(unknown)}: choose from {', '.join(RUNS)}")
     results_file = Path(args.results) / "compile-cost.json"
-    earlier = json.loads(results_file.read_text())["runs"] if results_file.is_file() else {}
+    before = json.loads(results_file.read_text()) if results_file.is_file() else {"runs": {}}
+    # runs recorded before each named its machine ran on the one the file named
+    earlier = {name: {"machine": before.get("machine"), **r} for name, r in before["runs"].items()}
     work = (ROOT / args.work).resolve()
-    runs = {**earlier, **{name: {**measure(name, work), "commit": commit()} for name in names if name in RUNS}}
+    runs = {**earlier, **{name: {**measure(name, work), "commit": commit(), "machine": machine_line()}
+                          for name in names if name in RUNS}}
     found_cuts = cuts() if "cuts" in names else (json.loads(results_file.read_text()).get("cuts")
                                                  if results_file.is_file() else None)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
     results = {"commit": commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-               "machine": f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}",
                "versions": versions("edgebert", "torch"), "runs": runs, "cuts": found_cuts}
     write_json(results_file, results)
     write_bytes(results_file.with_suffix(".md"), markdown(results).encode())

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from _figures import DISTS, commit
-from _measure import ROOT, cached_build, child, log, machine, optimum_config
+from _measure import ROOT, cached_build, child, log, machine, machine_line, optimum_config
 
 from edgebert.device_tests.files import write_json
 from edgebert.device_tests.metrics import points
@@ -241,8 +241,7 @@ def main(argv=None) -> int:
     data, work = data_root(args.data), Path(args.work)
     path = Path(args.results) / "promise.json"
     kept = {r["task"]: r for r in json.loads(path.read_text())["rows"]} if path.is_file() else {}
-    m = machine()
-    here = f"{m['cpu_model']}, {m['cores']} cores, {', '.join(m['isa_features'])}"
+    here = machine_line()
     for name in names:
         kept[name] = {**judged(row_of(name, work, data, args.repeats, args.runs)), "commit": commit(), "machine": here}
     for name, row in kept.items():

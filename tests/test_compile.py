@@ -244,6 +244,44 @@ def test_the_estimate_times_distillation_as_it_runs(tiny_checkpoint, tiny_sst2, 
     assert not any(root.exists() for _, root in built)
 
 
+
+@pytest.mark.parametrize("recover_from,copies,labelled_again", [("teacher", 1, False), ("teacher", 2, True),
+                                                                ("unpruned", 1, True)])
+def test_the_estimate_counts_what_the_teacher_labelled_before_once(tiny_checkpoint, tiny_sst2, tmp_path, monkeypatch,
+                                                                   recover_from, copies, labelled_again):
+    """A prune that recovers from distill's teacher on distill's text reads the teacher cache distill built: its
+    labelling is not counted again. Other text (more copies), or another labeller (the unpruned student), is."""
+    from edgebert.pipeline.context import context
+    from edgebert.pipeline.estimate import _Timer, estimate
+    from edgebert.pipeline.resources import labelled
+
+    monkeypatch.setattr(_Timer, "distill", lambda self, student, teacher, config: (0.0, 1.0))  # 1 s a label, all
+    monkeypatch.setattr(_Timer, "train", lambda self, model, config: 0.0)                    # else free
+    monkeypatch.setattr(_Timer, "infer", lambda self, model, device, precision="fp32": 0.0)
+    text = f"""
+task = "sst2"
+model = "{tiny_checkpoint}"
+max_length = 16
+stages = ["finetune", "distill", "prune"]
+[distill]
+layers = 1
+hidden_weight = 1.0
+[distill.augment]
+copies = 1
+[prune]
+heads = 0.5
+recover_from = "{recover_from}"
+[prune.recovery]
+hidden_weight = 1.0
+[prune.recovery.augment]
+copies = {copies}
+"""
+    ctx = context(recipes.parse(text), tmp_path / "out", str(tiny_sst2))
+    said = estimate(ctx, tiny_checkpoint, None, ["finetune", "distill", "prune"])
+    assert said.stages["distill"] == labelled(ctx.recipe.stage("distill").augment, ctx.data)
+    assert said.stages["prune"] == (labelled(ctx.recipe.stage("prune").recovery.augment, ctx.data) if labelled_again
+                                    else 0)
+
 def test_unchanged_rerun_does_no_work(finished, tiny_checkpoint, tiny_sst2, monkeypatch):
     out, bundle = finished
     before = _hashes(bundle)

@@ -5,7 +5,8 @@ each model shape the stages will train (the start model, then each stage's `shap
 student, prune's cut), and of the teacher. A stage that learns from a teacher cache is timed as it runs: the
 cache, with the hidden states it keeps, built over a sample and read every step by the recipe's own loss.
 Each stage's registry entry counts its `work` in those units (resources.Work: examples trained, inferred,
-labelled by the teacher, plus fixed seconds), so the estimate is their product, summed. The compile prints
+labelled by the teacher, plus fixed seconds), so the estimate is their product, summed; text a stage before
+had the same teacher label into the same layers is not counted again, since its cache serves. The compile prints
 it, and the manifest keeps it beside the time taken.
 """
 
@@ -124,8 +125,7 @@ class _Timer:
         key = ("distill", _key(student), _key(teacher), train_config.batch_size, train_config.device,
                accelerator.precision, config.hidden_weight > 0)
         if key not in self.cache:
-            layer_map = resolve_layer_map(student, teacher, config.layer_map)
-            hidden = sorted({layer_map[s] for s in layer_map}) if config.hidden_weight else []
+            hidden = list(_cached_layers(student, teacher, config))
             examples = self.batches(STEPS + WARM, train_config.batch_size)
             labelled = self.batches(INFERRED // BATCH, BATCH)
             with tempfile.TemporaryDirectory(prefix="edgebert-estimate-") as tmp:
@@ -136,10 +136,19 @@ class _Timer:
                 t0 = time.perf_counter()
                 cache(labelled, "labelled")
                 per_label = (time.perf_counter() - t0) / len(labelled)
-                objective = DistillObjective(copy.deepcopy(student), teacher, config, layer_map)
+                objective = DistillObjective(copy.deepcopy(student), teacher, config,
+                                             resolve_layer_map(student, teacher, config.layer_map))
                 collate_fn = cached_collate(objective.model, cache(examples, "train"))
                 self.cache[key] = (self._steps(objective, examples, train_config, collate_fn), per_label)
         return self.cache[key]
+
+
+def _cached_layers(student: nn.Module, teacher: nn.Module, config: DistillConfig) -> tuple[int, ...]:
+    """The teacher's layers whose hidden states its cache keeps beside the logits, for this student."""
+    if not config.hidden_weight:
+        return ()
+    layer_map = resolve_layer_map(student, teacher, config.layer_map)
+    return tuple(sorted({layer_map[s] for s in layer_map}))
 
 
 def _key(model: nn.Module) -> tuple:
@@ -162,6 +171,7 @@ def estimate(ctx: Context, model_dir, teacher_dir, stages: list[str]) -> Estimat
     in `model_dir` with `teacher_dir` as the teacher so far (None before a stage sets one)."""
     t0 = time.time()
     timer, result = _Timer(ctx), Estimate()
+    labelled_before = set()  # (teacher, text, layers) a stage before had labelled: its teacher cache serves
     model = task_model(model_dir, ctx.task)
     teacher = task_model(teacher_dir, ctx.task) if teacher_dir is not None else None
     for name in stages:
@@ -174,7 +184,7 @@ def estimate(ctx: Context, model_dir, teacher_dir, stages: list[str]) -> Estimat
         work = stage.work(options, ctx.data) if stage.work is not None else Work()
         tries = len(stage.tries(options)) if stage.tries is not None else 1
         seconds = work.seconds
-        labeller = teacher if teacher is not None else model
+        labeller = model if teacher is None or work.labels_own_input else teacher
         cached = timer.distill(made, labeller, work.distill) if work.distill is not None and work.train else None
         if work.train:
             seconds += work.train * (cached[0] if cached else timer.train(made, work.config))
@@ -183,7 +193,10 @@ def estimate(ctx: Context, model_dir, teacher_dir, stages: list[str]) -> Estimat
         if work.infer:
             seconds += work.infer * timer.infer(made, device)
         per_label = cached[1] if cached else timer.infer(labeller, device, precision)
-        labelled = work.teacher * per_label if work.teacher else 0
+        text = (id(labeller), work.teacher, work.distill.augment if work.distill else None,
+                _cached_layers(made, labeller, work.distill) if work.distill else ())
+        labelled = work.teacher * per_label if work.teacher and text not in labelled_before else 0
+        labelled_before.add(text)
         result.stages[name] = round(labelled + tries * seconds, 2)
         model = made
     result.stages["bundle"] = BUNDLE_S

@@ -38,6 +38,7 @@ class Work:
     train: int = 0  # examples through a training step (forward, backward, update) of the model the stage makes
     infer: int = 0  # examples through that model in inference (validation during training, the final eval)
     teacher: int = 0  # examples the teacher labels (its cache: computed once, shared by the stage's tries)
+    labels_own_input: bool = False  # its teacher is the model it starts from, not the teacher of the stages before
     seconds: float = 0.0  # conversion, export and verification, as measured on 2 CPU cores
     config: object = None  # the TrainConfig its training steps run under (batch, device, precision)
     distill: object = None  # the DistillConfig its steps learn by, timed with the teacher cache they read

@@ -51,7 +51,8 @@ def work(options: PruneConfig, data) -> Work:
         return Work(infer=scored + eval_size(data))
     return Work(train=options.rounds * examples(recovery.train),
                 infer=scored + options.rounds * evaluated(recovery.train, data),
-                teacher=labelled(recovery.augment, data), config=recovery.train, distill=recovery)
+                teacher=labelled(recovery.augment, data), labels_own_input=options.recover_from == "unpruned",
+                config=recovery.train, distill=recovery)
 
 
 register(Stage(name="prune", options=PruneConfig, run=pass_stage(prune, teacher, cache), by_default=True,
