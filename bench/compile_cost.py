@@ -175,8 +175,8 @@ def table(results: dict) -> list[str]:
             continue
         stages = ", ".join(f"{k} {v:.0f}" for k, v in r["stage_seconds"].items())
         estimate = f"{r['estimate_s'] / 60:.1f} min" if r["estimate_s"] else "-"
-        lines.append(f"| {name} | `{r['command']}` | {r['commit']} | {where} | {r['device']} | {r['threads_or_gpus']} | "
-                     f"{r['precision']} | {stages} | {r['total_s'] / 60:.1f} min | {estimate} | "
+        lines.append(f"| {name} | `{r['command']}` | {r['commit']} | {where} | {r['device']} | "
+                     f"{r['threads_or_gpus']} | {r['precision']} | {stages} | {r['total_s'] / 60:.1f} min | {estimate} | "
                      f"{r['dev_accuracy']:.2f}% |")
     lines.append("\nTotal is the command's wall time; stage seconds are each stage's own, the teacher's labels "
                  "included (the rest is loading the data and writing the bundle). Estimated is what the compile said "
