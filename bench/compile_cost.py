@@ -17,8 +17,8 @@ sentences). The runs:
 - cuts: no compile; each change from the long recipe to the default (CUTS), and what the compile's own estimate
   says it saves on this machine.
 Writes RESULTS/compile-cost.json (one object per run: device, threads_or_gpus, precision, stage_seconds,
-total_s, estimate_s, dev_accuracy, command, commit, machine) and compile-cost.md; runs not asked for keep their
-earlier entry.
+total_s, estimate_s, dev_accuracy, command, commit, machine), the cuts and the machine they were estimated on
+(cuts_machine), and compile-cost.md; runs not asked for keep their earlier entry.
 """
 
 from __future__ import annotations
@@ -164,7 +164,9 @@ def cuts() -> list[dict]:
 
 def table(results: dict) -> list[str]:
     """The runs and the cuts as markdown: here, and in BENCHMARKS.md (bench/_render.py)."""
-    machines = list(dict.fromkeys(r["machine"] for r in results["runs"].values()))
+    cut_rows = results.get("cuts")
+    machines = list(dict.fromkeys([r["machine"] for r in results["runs"].values()]
+                                  + ([results["cuts_machine"]] if cut_rows else [])))
     lines = ["From `python bench/compile_cost.py`; each run names its command, commit and machine.", "",
              "| run | command | commit | machine | device | threads or GPUs | precision | stage seconds | total | "
              "estimated | ONNX dev accuracy |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -181,17 +183,17 @@ def table(results: dict) -> list[str]:
     lines.append("\nTotal is the command's wall time; stage seconds are each stage's own, the teacher's labels "
                  "included (the rest is loading the data and writing the bundle). Estimated is what the compile said "
                  "before its first stage trained, from a warm-up on its machine.")
-    lines += [""] + [f"Machine {i}: {m}." for i, m in enumerate(machines, 1)]
-    if results.get("cuts"):
+    if cut_rows:
         lines += ["", "What each change from the long recipe to the default saves, one at a time, each timed by the "
-                  "compile's own estimate on this machine (a warm-up of every model shape; no training). What they "
+                  f"compile's own estimate on machine {machines.index(results['cuts_machine']) + 1} (a warm-up of "
+                  "every model shape; no training). What they "
                   "cost together in accuracy is the default run's figure against the long recipe's in "
                   "BENCHMARKS.md.", "",
                   "| cut | estimate after it | saved |", "|---|---|---|"]
-        for row in results["cuts"]:
+        for row in cut_rows:
             saved = f"{row['saved_s'] / 60:.1f} min" if row["saved_s"] is not None else ""
             lines.append(f"| {row['cut']} | {row['estimate_s'] / 60:.1f} min | {saved} |")
-    return lines
+    return lines + [""] + [f"Machine {i}: {m}." for i, m in enumerate(machines, 1)]
 
 
 def markdown(results: dict) -> str:
@@ -217,10 +219,13 @@ def main() -> None:
     work = (ROOT / args.work).resolve()
     runs = {**earlier, **{name: {**measure(name, work), "commit": commit(), "machine": machine_line()}
                           for name in names if name in RUNS}}
-    found_cuts = cuts() if "cuts" in names else (json.loads(results_file.read_text()).get("cuts")
-                                                 if results_file.is_file() else None)
+    if "cuts" in names:
+        found_cuts, cuts_machine = cuts(), machine_line()
+    else:
+        found_cuts, cuts_machine = before.get("cuts"), before.get("cuts_machine", before.get("machine"))
     results = {"commit": commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-               "versions": versions("edgebert", "torch"), "runs": runs, "cuts": found_cuts}
+               "versions": versions("edgebert", "torch"), "runs": runs, "cuts": found_cuts,
+               "cuts_machine": cuts_machine}
     write_json(results_file, results)
     write_bytes(results_file.with_suffix(".md"), markdown(results).encode())
     print(markdown(results))

@@ -20,7 +20,7 @@ def test_the_table_names_each_runs_command_commit_and_estimate(bench_scripts):
            "threads_or_gpus": 2, "precision": "fp32", "stage_seconds": {"finetune": 700.0, "prune": 800.0},
            "total_s": 1560.0, "estimate_s": 1500.0, "dev_accuracy": 89.5, "machine": "a CPU"}
     skipped = {"skipped": "no CUDA GPU", "commit": "abc", "machine": "another CPU"}
-    lines = cost.table({"runs": {"default": run, "cuda": skipped},
+    lines = cost.table({"runs": {"default": run, "cuda": skipped}, "cuts_machine": "a third CPU",
                         "cuts": [{"cut": "the long recipe", "estimate_s": 6000.0, "saved_s": None},
                                  {"cut": "one try", "estimate_s": 3000.0, "saved_s": 3000.0}]})
     text = "\n".join(lines)
@@ -28,4 +28,5 @@ def test_the_table_names_each_runs_command_commit_and_estimate(bench_scripts):
            "prune 800 | 26.0 min | 25.0 min | 89.50% |" in text
     assert "| cuda | | abc | 2 | | | | skipped: no CUDA GPU | | | |" in text
     assert "Machine 1: a CPU." in text and "Machine 2: another CPU." in text  # each run names where it ran
+    assert "estimate on machine 3 " in text and "Machine 3: a third CPU." in text  # and the cuts theirs
     assert "| one try | 50.0 min | 50.0 min |" in text
