@@ -158,6 +158,11 @@ class DistillObjective(Objective):
         return loss
 
 
+def cached_layers(layer_map: dict[int, int], config: DistillConfig) -> list[int]:
+    """The teacher's layers whose hidden states its cache keeps beside the logits: those the layer map matches."""
+    return sorted(set(layer_map.values())) if config.hidden_weight else []
+
+
 def cached_collate(student: nn.Module, cache: TeacherCache):
     """collate_fn(items, indices, step) for train(): padded batches carrying the teacher's cached outputs, so they
     move to the device with the batch."""
@@ -225,7 +230,7 @@ def distill(model: nn.Module, config: DistillConfig, data: TaskData, *, teacher:
         collate_fn = mlm_collate(data.tokenizer, config.mlm_probability, config.train.seed) if mlm else None
     else:
         root = Path(config.cache_dir) if config.cache_dir else Path(work_dir or ".") / "teacher-cache"
-        hidden = sorted({layer_map[s] for s in layer_map}) if config.hidden_weight else []
+        hidden = cached_layers(layer_map, config)
         if not accelerator.main:  # under torchrun, rank 0 computes the cache and the others read it
             accelerator.barrier()
         cache = TeacherCache.build(teacher, train_data, hidden, root, progress=config.train.progress and

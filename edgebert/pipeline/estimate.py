@@ -24,7 +24,7 @@ from torch import nn
 
 from ..model import MaskedLM
 from ..passes import DistillConfig, Objective
-from ..passes.distill import DistillObjective, cached_collate
+from ..passes.distill import DistillObjective, cached_collate, cached_layers
 from ..passes.student import resolve_layer_map
 from ..passes.teacher import TeacherCache
 from ..passes.train import Accelerator, TrainConfig, predict, train
@@ -125,7 +125,8 @@ class _Timer:
         key = ("distill", _key(student), _key(teacher), train_config.batch_size, train_config.device,
                accelerator.precision, config.hidden_weight > 0)
         if key not in self.cache:
-            hidden = list(_cached_layers(student, teacher, config))
+            layer_map = resolve_layer_map(student, teacher, config.layer_map)
+            hidden = cached_layers(layer_map, config)
             examples = self.batches(STEPS + WARM, train_config.batch_size)
             labelled = self.batches(INFERRED // BATCH, BATCH)
             with tempfile.TemporaryDirectory(prefix="edgebert-estimate-") as tmp:
@@ -136,19 +137,10 @@ class _Timer:
                 t0 = time.perf_counter()
                 cache(labelled, "labelled")
                 per_label = (time.perf_counter() - t0) / len(labelled)
-                objective = DistillObjective(copy.deepcopy(student), teacher, config,
-                                             resolve_layer_map(student, teacher, config.layer_map))
+                objective = DistillObjective(copy.deepcopy(student), teacher, config, layer_map)
                 collate_fn = cached_collate(objective.model, cache(examples, "train"))
                 self.cache[key] = (self._steps(objective, examples, train_config, collate_fn), per_label)
         return self.cache[key]
-
-
-def _cached_layers(student: nn.Module, teacher: nn.Module, config: DistillConfig) -> tuple[int, ...]:
-    """The teacher's layers whose hidden states its cache keeps beside the logits, for this student."""
-    if not config.hidden_weight:
-        return ()
-    layer_map = resolve_layer_map(student, teacher, config.layer_map)
-    return tuple(sorted({layer_map[s] for s in layer_map}))
 
 
 def _key(model: nn.Module) -> tuple:
@@ -194,7 +186,8 @@ def estimate(ctx: Context, model_dir, teacher_dir, stages: list[str]) -> Estimat
             seconds += work.infer * timer.infer(made, device)
         per_label = cached[1] if cached else timer.infer(labeller, device, precision)
         text = (id(labeller), work.teacher, work.distill.augment if work.distill else None,
-                _cached_layers(made, labeller, work.distill) if work.distill else ())
+                tuple(cached_layers(resolve_layer_map(made, labeller, work.distill.layer_map), work.distill))
+                if work.distill else ())
         labelled = work.teacher * per_label if work.teacher and text not in labelled_before else 0
         labelled_before.add(text)
         result.stages[name] = round(labelled + tries * seconds, 2)
