@@ -67,7 +67,8 @@ def _compile(args: argparse.Namespace) -> None:
     from .pipeline.search import parse_budget
     from .targets import check as check_target
 
-    if not Accelerator.process().main:  # one of torchrun's ranks: rank 0 speaks for them all
+    ranks = Accelerator.process()
+    if not ranks.main:  # one of torchrun's ranks: rank 0 speaks for them all
         args.output.mute()
     if args.recipe and args.quick:
         raise EdgebertError("--quick picks the packaged quick recipe: pass either a RECIPE or --quick")
@@ -93,6 +94,7 @@ def _compile(args: argparse.Namespace) -> None:
                      bench=False if args.no_bench else None, rebench=args.rebench,
                      on_out=lambda out: args.output.log_to(out / LOG), budget=budget,
                      target=args.target or "local", pick=args.pick or "size")
+    ranks.leave()
     if not args.output.muted:
         args.output.result = json.dumps(summary_data(bundle), indent=1) if args.json else summary(bundle)
 

@@ -87,3 +87,15 @@ def test_two_processes_compile_one_bundle_that_one_process_resumes(tiny_sst2, tm
         assert two["metrics"]["accuracy"] == pytest.approx(one["metrics"]["accuracy"], abs=1 / 32)  # 1 dev row
         losses = [[loss for _, loss, _ in r["details"]["history"]] for r in (two, one)]
         assert losses[0] == pytest.approx(losses[1], rel=1e-4, abs=1e-7), (stage, losses)
+
+
+def test_a_finished_run_leaves_the_process_group():
+    """A rank that exits still in its gloo group can abort after its work is done (std::terminate)."""
+    import torch.distributed as dist
+
+    from edgebert.passes.train import Accelerator
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    Accelerator.process().leave()
+    assert not dist.is_initialized()
+    Accelerator().leave()  # outside a group: nothing to leave

@@ -411,6 +411,14 @@ class Accelerator:
         if self.world > 1:
             dist.barrier()
 
+    def leave(self) -> None:
+        """Leaves the process group once every rank has finished: gloo's worker threads, left to the
+        interpreter's exit, can abort a process whose work is done ("terminate called without an active
+        exception"). Never after an error, where a rank still waiting in a collective would hang it."""
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
     def first(self, work: Callable[[], object]):
         """`work()` done by rank 0 alone while the others wait; every rank gets its result (pickled across),
         and an EdgebertError it raises is raised on every rank, so a refusal stops them all with its line."""
