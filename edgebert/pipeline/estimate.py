@@ -33,7 +33,7 @@ from .context import Context, task_model
 from .resources import Work
 from .stages import STAGES
 
-STEPS = 6  # timed training steps per shape, after WARM untimed ones
+STEPS = 8  # timed training steps per shape, one on each batch picked, after WARM untimed ones
 WARM = 2
 INFERRED = 1024  # examples timed in inference per shape, in batches of BATCH (the teacher cache's)
 BATCH = 128
@@ -84,9 +84,10 @@ class _Timer:
 
     @staticmethod
     def _steps(objective: Objective, examples: list[dict], config: TrainConfig, collate_fn=None) -> float:
-        """Seconds per example of `objective`'s training steps over `examples`, after WARM untimed ones (the
-        weights' moving average left out: over a few steps its setup would be most of the time)."""
-        steps = max(1, len(examples) // config.batch_size - WARM)
+        """Seconds per example of `objective`'s training steps, one on each batch of `examples`, after WARM
+        untimed ones (the weights' moving average left out: over a few steps its setup would be most of the
+        time). Every batch is timed: steps over a random few of them would leave out the long ones at random."""
+        steps = max(1, len(examples) // config.batch_size)
         timed = replace(config, steps=steps, eval_every=0, progress=False, ema=0.0)
         train(objective, examples, config=replace(timed, steps=WARM), collate_fn=collate_fn)  # allocations, pools
         return train(objective, examples, config=timed, collate_fn=collate_fn).wall_s / (steps * config.batch_size)
@@ -94,7 +95,7 @@ class _Timer:
     def train(self, model: nn.Module, config: TrainConfig) -> float:
         key = ("train", _key(model), config.batch_size, config.device, config.precision)
         if key not in self.cache:
-            examples = self.batches(STEPS + WARM, config.batch_size)
+            examples = self.batches(STEPS, config.batch_size)
             self.cache[key] = self._steps(_Output(copy.deepcopy(model)), examples, config)
         return self.cache[key]
 
@@ -127,7 +128,7 @@ class _Timer:
         if key not in self.cache:
             layer_map = resolve_layer_map(student, teacher, config.layer_map)
             hidden = cached_layers(layer_map, config)
-            examples = self.batches(STEPS + WARM, train_config.batch_size)
+            examples = self.batches(STEPS, train_config.batch_size)
             labelled = self.batches(INFERRED // BATCH, BATCH)
             with tempfile.TemporaryDirectory(prefix="edgebert-estimate-") as tmp:
                 def cache(data, name):
