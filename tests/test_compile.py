@@ -244,7 +244,6 @@ def test_the_estimate_times_distillation_as_it_runs(tiny_checkpoint, tiny_sst2, 
     assert not any(root.exists() for _, root in built)
 
 
-
 def test_the_estimate_times_a_step_on_every_batch_it_picked(tiny_checkpoint, tiny_sst2, tmp_path):
     """Steps over a random few of the picked batches left the long ones out at random: the full default's
     estimate ran a quarter short of its fine-tuning."""
