@@ -216,15 +216,13 @@ def main() -> None:
         sys.exit(f"compile_cost: unknown run(s) {', '.join(unknown)}: choose from {', '.join(RUNS)}")
     results_file = Path(args.results) / "compile-cost.json"
     before = json.loads(results_file.read_text()) if results_file.is_file() else {"runs": {}}
-    # runs recorded before each named its machine ran on the one the file named
-    earlier = {name: {"machine": before.get("machine"), **r} for name, r in before["runs"].items()}
     work = (ROOT / args.work).resolve()
-    runs = {**earlier, **{name: {**measure(name, work), "commit": commit(), "machine": machine_line()}
+    runs = {**before["runs"], **{name: {**measure(name, work), "commit": commit(), "machine": machine_line()}
                           for name in names if name in RUNS}}
     if "cuts" in names:
         found_cuts, cuts_machine = cuts(), machine_line()
     else:
-        found_cuts, cuts_machine = before.get("cuts"), before.get("cuts_machine", before.get("machine"))
+        found_cuts, cuts_machine = before.get("cuts"), before.get("cuts_machine")
     results = {"commit": commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                "versions": versions("edgebert", "torch"), "runs": runs, "cuts": found_cuts,
                "cuts_machine": cuts_machine}

@@ -11,9 +11,14 @@ from ..resources import Training, Work, eval_size, evaluated, examples, labelled
 from .registry import STAGES, Stage, register
 
 
+def from_teacher(options: PruneConfig) -> bool:
+    """Whether recovery learns from the teacher of a stage before (distill's), not from the model it prunes."""
+    return options.recover_from == "teacher"
+
+
 def check(recipe, options: PruneConfig, encoder, tokenizer) -> None:
     before = recipe.stages[:recipe.stages.index("prune")]
-    if options.recover_from == "teacher" and not any(STAGES.get(s).sets_teacher for s in before):
+    if from_teacher(options) and not any(STAGES.get(s).sets_teacher for s in before):
         raise EdgebertError("prune.recover_from = 'teacher' recovers from the distill stage's teacher: put "
                             "\"distill\" before \"prune\" in stages, or use recover_from = 'unpruned'")
     augment = options.recovery.augment if options.recovery is not None else None
@@ -35,7 +40,7 @@ def tries(options: PruneConfig) -> list[PruneConfig]:
 
 
 def teacher(ctx, state, options: PruneConfig):
-    return state.teacher if options.recover_from == "teacher" else None
+    return state.teacher if from_teacher(options) else None
 
 
 def cache(options: PruneConfig, root) -> PruneConfig:
@@ -51,7 +56,7 @@ def work(options: PruneConfig, data) -> Work:
         return Work(infer=scored + eval_size(data))
     return Work(train=options.rounds * examples(recovery.train),
                 infer=scored + options.rounds * evaluated(recovery.train, data),
-                teacher=labelled(recovery.augment, data), labels_own_input=options.recover_from == "unpruned",
+                teacher=labelled(recovery.augment, data), labels_own_input=not from_teacher(options),
                 config=recovery.train, distill=recovery)
 
 
