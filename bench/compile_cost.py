@@ -134,8 +134,6 @@ CUTS = [
      _cut(finetune={"train": {"ema": 0.999}})),
     ("2,400 fine-tuning steps, not 4,200 (at 4,200 the moving average was best on validation at step 1,800)",
      _cut(finetune={"train": {"steps": 2400}})),
-    ("recovery takes 64 sentences a step, 4,500 steps at lr 1.4e-4, not 32 for 9,000 at 1e-4 (the same passes)",
-     _cut(prune={"recovery": {"train": {"steps": 4500, "batch_size": 64, "lr": 1.4e-4, "eval_every": 500}}})),
 ]
 
 
