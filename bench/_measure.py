@@ -627,22 +627,27 @@ def _timings(models: list[dict], sets: dict, threads: list[int], settings: dict,
     return raw, loads
 
 
-def _profiles(models: list[dict], sets: dict, settings: dict, work: Path, env: dict, failures: list) -> dict:
-    """Op-level profiles of the INT8 ONNX models (1 thread): {model id: {condition: profile}}."""
-    profiles = {}
-    for mid in ("student-onnx-int8", "optimum-o2-int8", "optimum-int8"):
+def _profiles(models: list[dict], sets: dict, settings: dict, threads: list[int], work: Path, env: dict,
+              failures: list) -> tuple[dict, dict]:
+    """Op-level profiles of the INT8 ONNX models at 1 thread, {model id: {condition: profile}}, and of the
+    student at each thread count above 1, {"t2": {condition: profile}}: what a second thread splits, and what not."""
+    profiles, student = {}, {}
+    runs = [(mid, 1) for mid in ("student-onnx-int8", "optimum-o2-int8", "optimum-int8")]
+    runs += [("student-onnx-int8", t) for t in threads if t > 1]
+    for mid, t in runs:
         m = next(x for x in models if x["id"] == mid)
         for cond in CONDITIONS:
-            out = work / "results" / f"profile-{mid}-{cond}.json"
+            out = work / "results" / f"profile-{mid}-{cond}-t{t}.json"
             argv = [sys.executable, str(ROOT / "bench" / "_timing.py"), "profile", "--model", str(m["run"][cond]["path"]),
-                    "--inputs", str(sets[m["eval"]]["path"]), "--threads", "1", "--runs", str(settings["profile_runs"]),
+                    "--inputs", str(sets[m["eval"]]["path"]), "--threads", str(t), "--runs", str(settings["profile_runs"]),
                     "--json", str(out)] + (["--pad-to", str(PAD)] if cond != "real" else [])
             try:
                 child(argv, out.with_suffix(".log"), timeout=600, env=env)
-                profiles.setdefault(mid, {})[cond] = json.loads(out.read_text())
+                (profiles.setdefault(mid, {}) if t == 1 else student.setdefault(f"t{t}", {}))[cond] = \
+                    json.loads(out.read_text())
             except ChildFailed as e:
-                failures.append({"what": f"profile {mid} {cond}", "error": str(e)})
-    return profiles
+                failures.append({"what": f"profile {mid} {cond} {t} thread(s)", "error": str(e)})
+    return profiles, student
 
 
 def run(args) -> dict:
@@ -677,8 +682,8 @@ def run(args) -> dict:
     other = OtherLoad()
     gemm_raw, gemm_load = _gemm(threads, settings, other, work, env, failures)
     raw, loads = _timings(models, sets, threads, settings, other, work, env, failures)
-    profiles = _profiles(models, sets, settings, work, env, failures)
+    profiles, student_profiles = _profiles(models, sets, settings, threads, work, env, failures)
     result = summarize(args, settings, threads, mach, models, notes, sets, accuracy, raw, gemm_raw, profiles,
-                       manifest, failures, loads, env, gemm_load)
+                       manifest, failures, loads, env, gemm_load, student_profiles)
     result["wall_s"] = round(time.time() - t_start, 1)
     return result

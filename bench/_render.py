@@ -190,12 +190,15 @@ def notes_section(result: dict) -> list[str]:
 def profile_section(result: dict) -> list[str]:
     if not result["profiles"]:
         return []
-    lines = ["## Where the INT8 ONNX time goes (ORT profiler, 1 thread)", "",
+    lines = ["## Where the INT8 ONNX time goes (ORT profiler, 1 thread; the student at 2 as well)", "",
              "Kernel time per op type, ms per inference (share of kernel time), top 8.", ""]
-    for mid, by_cond in result["profiles"].items():
+    more = [(f"{result['models']['student-onnx-int8']['label']}, {tk[1:]} threads", by_cond)
+            for tk, by_cond in result.get("student_profiles", {}).items()]
+    for label, by_cond in [(result["models"][mid]["label"], c) for mid, c in result["profiles"].items()] + more:
         for cond, p in by_cond.items():
             shape = f"real lengths (mean {p['mean_length']:.1f} tokens)" if cond == "real" else f"padded {p['pad_to']}"
-            lines.append(f"**{result['models'][mid]['label']}**, {shape}: {p['kernel_ms']:.2f} ms in kernels, "
+            gemm = f" ({p['gemm_ms']:.2f} in matrix products)" if "gemm_ms" in p else ""
+            lines.append(f"**{label}**, {shape}: {p['kernel_ms']:.2f} ms in kernels{gemm}, "
                          f"{p['model_run_ms']:.2f} ms per run.  ")
             lines.append(", ".join(f"{o['op']} {o['ms']:.2f} ({o['share']:.0%})" for o in p["ops"][:8]))
             lines.append("")

@@ -14,13 +14,25 @@ from . import runtimes
 from .evalset import EvalSet
 
 
+# Ops whose kernel runs a graph of other ops (a Scan over the batch rows, a Loop, an If): the profiler times each
+# node inside too, so counting the container as well would count its body twice. What it adds of its own is
+# outside the kernels (model_run_ms - kernel_ms).
+CONTAINERS = frozenset({"Scan", "Loop", "If"})
+# Matrix products: at batch 1 and a sentence's length, the only ops ONNX Runtime splits over its threads.
+GEMM_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat", "QLinearMatMul",
+                      "DynamicQuantizeMatMul", "QGemm", "MatMulNBits", "QAttention", "Attention"})
+
+
 def aggregate_profile(events: list[dict], runs: int) -> dict:
-    """Kernel time per op type (ms per inference and share), from an ORT enable_profiling trace."""
+    """Kernel time per op type (ms per inference and share), and the matrix products' part of it (gemm_ms), from
+    an ORT enable_profiling trace."""
     per_op, calls, total_run = defaultdict(float), defaultdict(int), 0.0
     model_runs = 0
     for e in events:
         if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
             op = e.get("args", {}).get("op_name", "?")
+            if op in CONTAINERS:
+                continue
             per_op[op] += e.get("dur", 0) / 1000
             calls[op] += 1
         elif e.get("cat") == "Session" and e.get("name") == "model_run":
@@ -32,6 +44,7 @@ def aggregate_profile(events: list[dict], runs: int) -> dict:
         "runs": runs,
         "model_run_ms": total_run / max(model_runs, 1),
         "kernel_ms": kernels / max(runs, 1),
+        "gemm_ms": sum(per_op[op] for op in GEMM_OPS & per_op.keys()) / max(runs, 1),
         "ops": [{"op": op, "ms": per_op[op] / max(runs, 1), "share": per_op[op] / kernels if kernels else 0.0,
                  "calls_per_run": calls[op] / max(runs, 1)} for op in ops],
     }

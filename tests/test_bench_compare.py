@@ -61,12 +61,13 @@ def test_profile_child_aggregates_op_types(bench_scripts, tiny_onnx, tmp_path):
     events = [{"cat": "Node", "name": "a_kernel_time", "dur": 3000, "args": {"op_name": "MatMul"}},
               {"cat": "Node", "name": "b_kernel_time", "dur": 1000, "args": {"op_name": "Add"}},
               {"cat": "Node", "name": "b_fence_before", "dur": 5000, "args": {"op_name": "Add"}},
+              {"cat": "Node", "name": "rows_kernel_time", "dur": 4200, "args": {"op_name": "Scan"}},  # holds a and b
               {"cat": "Session", "name": "model_run", "dur": 4500}]
     from edgebert.device_tests.profile import aggregate_profile
 
     agg = aggregate_profile(events, runs=1)
     assert [o["op"] for o in agg["ops"]] == ["MatMul", "Add"] and agg["ops"][0]["share"] == 0.75
-    assert agg["kernel_ms"] == 4.0 and agg["model_run_ms"] == 4.5
+    assert agg["kernel_ms"] == 4.0 and agg["gemm_ms"] == 3.0 and agg["model_run_ms"] == 4.5
 
 
 def test_torch_child_mirrors_the_harness(bench_scripts, tmp_path):
@@ -276,6 +277,7 @@ def test_the_fastest_peer_threads_size_and_static_tier_targets(bench_scripts):
     lines = {(t["target"], t["where"]): t for t in figures.targets(result)}
     scaling = lines[("≥ 1.6× 1→2 threads", "student-onnx-int8, batch 1, real lengths")]
     assert scaling["value"] == 2.0 and scaling["pass"] is True  # 1/0.5, 2/1, 4/2.5
+    assert scaling["reason"] == ""  # no profiles at 2 threads in this run
     both = "the static bundle's model.onnx and model.tflite"
     small = lines[("static tier ≥ 84% at ≤ 2 MB", f"{both}, SST-2 dev accuracy at real lengths, file bytes")]
     assert small["pass"] is True
@@ -287,6 +289,31 @@ def test_the_fastest_peer_threads_size_and_static_tier_targets(bench_scripts):
     result["targets"] = figures.targets(result)
     rendered = bench_scripts.render.targets_section(result)
     assert any(line.startswith("| PASS | static tier ≤ 0.1 ms |") for line in rendered)
+
+
+def test_the_thread_target_says_why_from_the_profiles_at_1_and_2_threads(bench_scripts):
+    """A second thread splits only the matrix products: their share of the 1-thread profile bounds the gain, and the
+    line says it with the thread count the bundle recommends."""
+    figures = bench_scripts.figures
+    result = _synthetic(bench_scripts)
+    result["timing"]["t2"] = {c: {"student-onnx-int8": result["timing"]["t1"][c]["student-onnx-int8"]}
+                              for c in figures.CONDITIONS}
+    result["baseline_2"]["t2"] = result["baseline_2"]["t1"]
+    profile = {"mean_length": 25.0, "pad_to": None, "ops": [{"op": "MatMulInteger", "ms": 0.3, "share": 0.5}]}
+    result["profiles"] = {"student-onnx-int8": {"real": {**profile, "gemm_ms": 0.4, "kernel_ms": 0.7,
+                                                         "model_run_ms": 1.0}}}
+    result["student_profiles"] = {"t2": {"real": {**profile, "gemm_ms": 0.3, "kernel_ms": 0.6, "model_run_ms": 1.1}}}
+    result["stages"]["files"]["model.onnx"]["recommended_threads"] = 1
+    lines = {(t["target"], t["where"]): t for t in figures.targets(result)}
+    scaling = lines[("≥ 1.6× 1→2 threads", "student-onnx-int8, batch 1, real lengths")]
+    assert scaling["reason"] == ("matrix products are 40% of a profiled run (0.400 of 1.000 ms), so halving them "
+                                 "would give 1.25× at most; 2 threads take them to 0.300 ms and the rest from 0.600 "
+                                 "to 0.800 ms; the bundle recommends 1 thread")
+    assert scaling["display"].endswith(scaling["reason"]) and scaling["pass"] is False
+    assert lines[("≥ 1.6× 1→2 threads", f"student-onnx-int8, batch 1, padded {figures.PAD}")]["reason"] == ""
+    shown = "\n".join(bench_scripts.render.profile_section(result))
+    assert ("**student-onnx-int8, 2 threads**, real lengths (mean 25.0 tokens): 0.60 ms in kernels (0.30 in matrix "
+            "products), 1.10 ms per run." in shown)
 
 
 def test_an_accuracy_drop_comes_with_its_paired_interval(bench_scripts):
