@@ -41,6 +41,9 @@ from .stages import STAGES, bundle_stage
 # bench/compare.py's results, in the repository this edgebert runs from (not the current directory)
 COMPARE = Path(__file__).resolve().parents[2] / "bench" / "results" / "compare.json"
 THREADS = (1, 2)  # the local bench times each file at each count this machine has; its figures are the first's
+# ... in turns, this many times, the thread count recommended from each count's median: one pass each, 1 then 2,
+# recommended 2 threads where bench/compare.py measured 2 a quarter slower (ff69d2e)
+ROUNDS = 3
 
 
 def _key(*parts) -> str:
@@ -358,11 +361,15 @@ def _bench_files(ctx: Context, state: State, labels: list[str]) -> dict[str, dic
             return bench(path, inputs=inputs, target="local", threads=threads, warmup=5, runs=50, log=log)["runs"][0]
 
         run = timed(THREADS[0])
-        p50 = {THREADS[0]: run["latency_ms"]["p50"]}
-        for n in THREADS[1:]:  # as many as the harness could use (its device section says)
-            if n <= run["device"]["cores_usable"]:
-                p50[n] = timed(n)["latency_ms"]["p50"]
+        # as many as the harness could use (its device section says), in turns, the order reversed each round
+        counts = [n for n in THREADS if n <= run["device"]["cores_usable"]]
+        rounds = {n: [] for n in counts}
+        rounds[THREADS[0]].append(run["latency_ms"]["p50"])
+        for n in [n for r in range(ROUNDS) for n in (counts if r % 2 == 0 else counts[::-1])][1:]:
+            rounds[n].append(timed(n)["latency_ms"]["p50"])
+        p50 = {n: float(np.median(ms)) for n, ms in rounds.items()}
         results[name] = {"latency_ms": run["latency_ms"], "latency_runs_ms": run["latency_runs_ms"],
+                         "p50_ms_rounds": {str(n): ms for n, ms in rounds.items()},
                          "p50_ms_by_threads": {str(n): ms for n, ms in p50.items()},
                          "recommended_threads": recommended_threads(p50),
                          "metric": run.get("metric"), "metrics": {k: run[k] for k in NAMES if k in run},
