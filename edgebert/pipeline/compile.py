@@ -41,8 +41,9 @@ from .stages import STAGES, bundle_stage
 # bench/compare.py's results, in the repository this edgebert runs from (not the current directory)
 COMPARE = Path(__file__).resolve().parents[2] / "bench" / "results" / "compare.json"
 THREADS = (1, 2)  # the local bench times each file at each count this machine has; its figures are the first's
-# ... in turns, this many times, the thread count recommended from each count's median: one pass each, 1 then 2,
-# recommended 2 threads where bench/compare.py measured 2 a quarter slower (ff69d2e)
+# Each count is timed this many times, in turns (1, 2, 2, 1, 1, 2), and the thread count recommended from each
+# count's median: one pass each, 1 then 2, recommended 2 threads where bench/compare.py measured 2 a quarter slower
+# (ff69d2e)
 ROUNDS = 3
 
 
@@ -361,7 +362,7 @@ def _bench_files(ctx: Context, state: State, labels: list[str]) -> dict[str, dic
             return bench(path, inputs=inputs, target="local", threads=threads, warmup=5, runs=50, log=log)["runs"][0]
 
         run = timed(THREADS[0])
-        # as many as the harness could use (its device section says), in turns, the order reversed each round
+        # the counts the harness could use (its device section says), the order reversed each round
         counts = [n for n in THREADS if n <= run["device"]["cores_usable"]]
         rounds = {n: [] for n in counts}
         rounds[THREADS[0]].append(run["latency_ms"]["p50"])
