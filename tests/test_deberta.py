@@ -7,6 +7,7 @@ import json
 import random
 
 import numpy as np
+import onnx
 import pytest
 import torch
 import transformers as T
@@ -172,7 +173,8 @@ def test_onnx_export_has_dynamic_axes_and_verifies(classifier, arrays, tmp_path)
     r = export(classifier, OnnxExportConfig(), out=tmp_path / "m.onnx", eval_data=arrays,
                budget=Budget(max_abs_diff=1e-4, min_agreement=1.0))
     assert r.meta["inputs"] == ["input_ids", "attention_mask"] and r.meta["optimization"] == "fused"
-    assert r.meta["fused_ops"].get("SkipLayerNormalization") and "Attention" not in r.meta["fused_ops"]
+    assert r.meta["fused_ops"].get("BiasGelu") and "Attention" not in r.meta["fused_ops"]
+    assert [n.op_type for n in onnx.load(str(r.path)).graph.node].count("Sum") == 4  # the residual norms' adds
     session = ort.InferenceSession(str(r.path), providers=["CPUExecutionProvider"])
     ids, mask, _ = batch(t=29)  # a length the trace never saw
     with torch.no_grad():

@@ -6,10 +6,9 @@ SentencePiece (Unigram) tokenizer.
 
 ONNX Runtime's optimizer has no DeBERTa type; its "bert" fusions still pay off, and every export checks
 the fused graph against the unfused one. Measured on 2-layer, 32-wide tiny classifiers (opset 17,
-onnxruntime 1.32): with relative attention they fuse SkipLayerNormalization 4 (every residual norm;
-5 with an absolute position table, whose word + position add fuses too), BiasGelu 2 (the FFNs) and
-Gelu 1 (the pooler), and leave 2 LayerNormalization (the embedding's, without a position table, and the
-relative table's); no Attention (the c2p/p2c MatMul + GatherElements terms are outside its pattern,
+onnxruntime 1.32): with relative attention they fuse BiasGelu 2 (the FFNs) and Gelu 1 (the pooler), and
+leave every LayerNormalization apart (each residual norm's Add written as Sum: `export.onnx.residual_sums`);
+no Attention (the c2p/p2c MatMul + GatherElements terms are outside its pattern,
 so attention stays 4 MatMul, 2 GatherElements, Softmax per layer) and no EmbedLayerNormalization.
 Without relative attention the graph is BERT's and fuses fully (Attention 2, EmbedLayerNormalization 1).
 """
