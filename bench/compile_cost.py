@@ -134,6 +134,9 @@ CUTS = [
      _cut(finetune={"train": {"ema": 0.999}})),
     ("2,400 fine-tuning steps, not 4,200 (at 4,200 the moving average was best on validation at step 1,800)",
      _cut(finetune={"train": {"steps": 2400}})),
+    ("recovery stops after three evaluations without a new best (`patience`; the estimate counts every step, so "
+     "what it saves is the default run's total against the one before it)",
+     _cut(prune={"recovery": {"train": {"patience": 3}}})),
 ]
 
 

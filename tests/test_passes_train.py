@@ -83,9 +83,28 @@ def test_a_new_option_enters_keys_only_when_set():
     assert "ema" not in plain.key()["train"] and averaged.key()["train"]["ema"] == 0.99
     assert "ema_warmup" not in plain.key()["train"] and averaged.key()["train"]["ema_warmup"]
     assert plain.key()["train"] == {k: v for k, v in plain.to_dict()["train"].items()
-                                    if k not in ("ema", "device", "precision")}  # the last two: test_device_placement
+                                    if k not in ("ema", "patience", "device", "precision")}  # the last two:
+    # test_device_placement
     with pytest.raises(EdgebertError, match="TrainConfig.ema is a decay"):
         TrainConfig(ema=1.0)
+
+
+def test_patience_stops_when_validation_stops_improving_and_a_resume_stays_stopped(tmp_path):
+    torch.manual_seed(0)
+    data = tiny_data(256)
+    flipped = [{**item, "labels": 1 - item["labels"]} for item in data[:64]]  # falls as the model learns
+    task = TaskData(data, data[:64], validation=flipped)
+    run = config(steps=300, batch_size=16, eval_every=10, patience=2)
+    record = finetune(tiny_model(), run, task, work_dir=tmp_path).record
+    scores = [h[2]["accuracy"] for h in record.details["history"]]
+    assert record.steps == 10 * len(scores) < 300
+    assert scores.index(max(scores)) == len(scores) - 3  # the best, then two evaluations below it: stopped there
+    assert record.details["validation"]["accuracy"] == max(scores)  # the best is what it returns
+    again = finetune(tiny_model(), run, task, work_dir=tmp_path).record  # --resume: nothing more to train
+    assert again.steps == record.steps and again.details["history"] == record.details["history"]
+    assert again.details["validation"] == record.details["validation"]
+    with pytest.raises(EdgebertError, match="patience counts evaluations: set eval_every"):
+        TrainConfig(patience=2)
 
 
 @pytest.mark.parametrize("ema", [0.0, 0.9])

@@ -50,7 +50,7 @@ from ..stats import flops, nbytes, params
 class TrainConfig(Config):
     """Optimisation and bookkeeping shared by every pass. `steps` counts global batches."""
 
-    added = ("ema",)
+    added = ("ema", "patience")
 
     steps: int = 1000
     batch_size: int = 32
@@ -59,6 +59,7 @@ class TrainConfig(Config):
     warmup: float = 0.06  # a fraction of `steps` when < 1, else a step count
     clip: float = 1.0  # global gradient-norm clip; 0 = off
     eval_every: int = 0  # evaluate (and keep the best) every N steps; 0 = only at the end
+    patience: int = 0  # with eval_every: stop once this many evaluations in a row found no new best (0 = never)
     save_every: int = 200  # write resumable state every N steps
     seed: int = 42
     freeze_word_embeddings: bool = False  # the V×E table is most of a small model and barely moves
@@ -76,6 +77,9 @@ class TrainConfig(Config):
                 raise EdgebertError(f"TrainConfig.{name} must be at least 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise EdgebertError(f"TrainConfig.lr must be positive, got {self.lr}")
+        if self.patience < 0 or (self.patience and not self.eval_every):
+            raise EdgebertError(f"TrainConfig.patience counts evaluations: set eval_every too, and 0 or more "
+                                f"(0 = never stop early), got patience {self.patience}, eval_every {self.eval_every}")
         if not 0 <= self.ema < 1:
             raise EdgebertError(f"TrainConfig.ema is a decay in [0, 1) (0 = off; 0.999 is usual), got {self.ema}")
         check_device(self.device)
@@ -293,7 +297,7 @@ class TrainResult:
     model: nn.Module  # the best model when evaluating, else the final one
     metrics: dict  # of the returned model
     history: list  # [step, mean loss since the last entry, metrics or None]
-    steps: int
+    steps: int  # the steps it ran: fewer than asked where `patience` stopped it
     wall_s: float
     ran_on: dict  # the device and precision it trained in (and on CUDA its peak memory)
 
@@ -592,6 +596,13 @@ class _Run:
                 checkpoint.save(self.scored, self.work / "best")
         return metrics
 
+    def out_of_patience(self, metric: str | None) -> bool:
+        """Whether the last `config.patience` evaluations all fell short of the best before them: training
+        on would only pay for checkpoints "keep the best" does not keep."""
+        scores = [m[metric] for _, _, m in self.history if m is not None] if metric else []
+        return bool(self.config.patience and scores) and \
+            len(scores) - 1 - scores.index(max(scores)) >= self.config.patience
+
     def final(self, evaluated: bool) -> nn.Module:
         """The model, holding the weights to return: the best kept, else the average, else the last."""
         model = self.objective.model
@@ -670,13 +681,14 @@ def train(
     run.started = time.time()
     objective.train()
     progress = Progress(config.steps, name, initial=run.step, enabled=config.progress and accelerator.main)
-    running, count = 0.0, 0
-    for step, indices in _batches(sampler, run.step, config.steps, accelerator):
+    running, count, done = 0.0, 0, run.step
+    last = run.step if run.out_of_patience(metric) else config.steps  # a resumed run that had stopped stays stopped
+    for step, indices in _batches(sampler, run.step, last, accelerator):
         value = run.update(runner, collate_fn([dataset[i] for i in indices], indices, step))
         running, count = running + value, count + 1
         progress.show(loss=f"{value:.4f}")
         progress.update()
-        done = step + 1
+        done, stop = step + 1, False
         if done == config.steps or (config.eval_every and done % config.eval_every == 0):
             metrics = run.evaluate(evaluator, metric) if evaluator is not None else None
             run.history.append([done, running / max(count, 1), metrics])
@@ -684,8 +696,13 @@ def train(
             if metrics is not None:
                 progress.show(**{metric: f"{points(metrics[metric]):.2f}"})
                 progress.write(f"step {done}: loss {run.history[-1][1]:.4f} {metric} {points(metrics[metric]):.2f}")
-        if done % config.save_every == 0 or done == config.steps:
+            stop = run.out_of_patience(metric)
+        if done % config.save_every == 0 or done == config.steps or stop:
             run.save(done)
+        if stop:
+            progress.write(f"step {done}: stopped early: {config.patience} evaluations without a {metric} above "
+                           f"{points(run.best):.2f}")
+            break
     progress.close()
     wall = run.wall_s()
     objective.eval()
@@ -695,4 +712,4 @@ def train(
     ran_on = {"device": str(accelerator.device), "precision": accelerator.precision}
     if accelerator.device.type == "cuda":  # what a smaller GPU would need
         ran_on["peak_gpu_bytes"] = torch.cuda.max_memory_allocated(accelerator.device)
-    return TrainResult(model, run.best_metrics, run.history, config.steps, wall, ran_on)
+    return TrainResult(model, run.best_metrics, run.history, done, wall, ran_on)
