@@ -88,7 +88,7 @@ class _Timer:
         untimed ones (the weights' moving average left out: over a few steps its setup would be most of the
         time). Every batch is timed: steps over a random few of them would leave out the long ones at random."""
         steps = max(1, len(examples) // config.batch_size)
-        timed = replace(config, steps=steps, eval_every=0, progress=False, ema=0.0)
+        timed = replace(config, steps=steps, eval_every=0, patience=0, progress=False, ema=0.0)
         train(objective, examples, config=replace(timed, steps=WARM), collate_fn=collate_fn)  # allocations, pools
         return train(objective, examples, config=timed, collate_fn=collate_fn).wall_s / (steps * config.batch_size)
 
