@@ -65,9 +65,10 @@ class Estimate:
         return f"estimate: about {clock(self.total_s)} on {self.on} ({parts}; from a {self.warmup_s:.0f} s warm-up)"
 
 
-class _Timer:
+class Timer:
     """Seconds per example of each model shape on this machine, timed on the compile's training data in batches of
-    like lengths, as training (length-bucketed) and the teacher cache (length-sorted) batch them."""
+    like lengths, as training (length-bucketed) and the teacher cache (length-sorted) batch them. Each shape is
+    timed once: estimates that share a timer differ only in the work they count."""
 
     def __init__(self, ctx: Context):
         train = ctx.data.train
@@ -159,11 +160,12 @@ def _where(accelerator: Accelerator) -> str:
     return f"{accelerator.world} × {device}"
 
 
-def estimate(ctx: Context, model_dir, teacher_dir, stages: list[str]) -> Estimate:
+def estimate(ctx: Context, model_dir, teacher_dir, stages: list[str], timer: Timer | None = None) -> Estimate:
     """The time `stages` (the recipe's, from the first not yet done) will take, starting from the checkpoint
-    in `model_dir` with `teacher_dir` as the teacher so far (None before a stage sets one)."""
+    in `model_dir` with `teacher_dir` as the teacher so far (None before a stage sets one); `timer`, one an
+    estimate before used, to compare recipes by their work alone."""
     t0 = time.time()
-    timer, result = _Timer(ctx), Estimate()
+    timer, result = timer or Timer(ctx), Estimate()
     labelled_before = set()  # (teacher, text, layers) a stage before had labelled: its teacher cache serves
     model = task_model(model_dir, ctx.task)
     teacher = task_model(teacher_dir, ctx.task) if teacher_dir is not None else None
