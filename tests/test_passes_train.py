@@ -76,15 +76,18 @@ def test_the_moving_average_of_the_weights_is_what_is_returned():
 
 
 def test_a_new_option_enters_keys_only_when_set():
-    """Config.added: runs cached before `ema` existed keep their keys; a run that sets it gets its own."""
+    """Config.added: runs cached before `ema` (or `patience`) existed keep their keys; a run that sets it gets its
+    own."""
     # fp32, as every run cached before `ema` trained (auto is bf16 on a CPU with bf16 hardware: test_device_placement)
     plain, averaged = FinetuneConfig(train=TrainConfig(precision="fp32")), \
         FinetuneConfig(train=TrainConfig(ema=0.99, precision="fp32"))
     assert "ema" not in plain.key()["train"] and averaged.key()["train"]["ema"] == 0.99
     assert "ema_warmup" not in plain.key()["train"] and averaged.key()["train"]["ema_warmup"]
+    patient = FinetuneConfig(train=TrainConfig(eval_every=10, patience=3, precision="fp32"))
+    assert "patience" not in plain.key()["train"] and patient.key()["train"]["patience"] == 3
+    # device and precision: test_device_placement
     assert plain.key()["train"] == {k: v for k, v in plain.to_dict()["train"].items()
-                                    if k not in ("ema", "patience", "device", "precision")}  # the last two:
-    # test_device_placement
+                                    if k not in ("ema", "patience", "device", "precision")}
     with pytest.raises(EdgebertError, match="TrainConfig.ema is a decay"):
         TrainConfig(ema=1.0)
 
