@@ -700,8 +700,8 @@ def train(
         if done % config.save_every == 0 or done == config.steps or stop:
             run.save(done)
         if stop:
-            progress.write(f"step {done}: stopped early: {config.patience} evaluations without a {metric} above "
-                           f"{points(run.best):.2f}")
+            progress.write(f"step {done}: stopped early: {config.patience} evaluations without a new best "
+                           f"(its {metric} {points(run.best):.2f})")
             break
     progress.close()
     wall = run.wall_s()
