@@ -183,8 +183,8 @@ def _fuse(raw: Path, dst: Path, model: nn.Module, spec: InputSpec, config: OnnxE
     return {"optimization": "basic", "fusion_fallback": reason}
 
 
-def residual_sums(graph) -> int:
-    """Write each Add that feeds a LayerNormalization as Sum (the same function), in place; returns how many.
+def residual_sums(graph) -> None:
+    """Write each Add that feeds a LayerNormalization as Sum (the same function), in place.
 
     ONNX Runtime fuses Add + LayerNormalization into SkipLayerNormalization when it loads a model, and its CPU
     kernel for that op (onnxruntime 1.32) is slower than the two ops apart: in the STS-B embedding student's op
@@ -192,10 +192,9 @@ def residual_sums(graph) -> int:
     pairs in their place 0.08 ms. The fusion matches Add only, so a Sum keeps them apart in any app's session,
     with no option to set."""
     norms = {n.input[0] for n in graph.node if n.op_type == "LayerNormalization"}
-    adds = [n for n in graph.node if n.op_type == "Add" and n.output[0] in norms]
-    for n in adds:
-        n.op_type = "Sum"
-    return len(adds)
+    for n in graph.node:
+        if n.op_type == "Add" and n.output[0] in norms:
+            n.op_type = "Sum"
 
 
 def trim_nodes(names) -> list:
