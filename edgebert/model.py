@@ -25,7 +25,7 @@ here: `edgebert.export.graph` swaps wrappers of these modules into a copy of the
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -560,6 +560,8 @@ class HeadConfig:
     ngram_window: int = 0  # > 0: n-gram features over this many tokens (odd) before pooling; a static student's
     ngram_features: int = 0  # how many: the pooled width
     normalize: bool = False  # embedding: L2-normalise
+    vector_width: int | None = None  # embedding: a linear map from the hidden width to vectors this wide (width
+                                     # pruning keeps the teacher's vectors through it)
     nsp: bool = False  # masked-lm: add BERT's next-sentence head
 
     @classmethod
@@ -694,12 +696,30 @@ class TokenClassifier(TaskModel):
 
 
 class Embedder(TaskModel):
-    """Sentence embeddings: [CLS] or mask-aware mean pooling, optionally L2-normalised."""
+    """Sentence embeddings: [CLS] or mask-aware mean pooling, through `projection` where the head has a
+    `vector_width`, optionally L2-normalised."""
 
     pools = True
 
+    def __init__(self, config: EncoderConfig, head: HeadConfig):
+        super().__init__(config, head)
+        self.projection = nn.Linear(config.hidden_size, head.vector_width, bias=False) if head.vector_width else None
+
+    def keep_vector_width(self) -> None:
+        """Give the model a `projection` that is the identity, if it has none, so that narrowing the hidden width
+        narrows its input columns and leaves the vectors as wide as the teacher's: the units that stay land where
+        they were, the ones removed read as zeros."""
+        if self.projection is None:
+            width = self.config.hidden_size
+            self.head = replace(self.head, vector_width=width)
+            self.projection = nn.Linear(width, width, bias=False)
+            with torch.no_grad():
+                self.projection.weight.copy_(torch.eye(width))
+
     def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
         x = self.pooled(input_ids, attention_mask, token_type_ids)
+        if self.projection is not None:
+            x = self.projection(x)
         return F.normalize(x, dim=-1) if self.head.normalize else x
 
 
@@ -879,9 +899,6 @@ def hidden_parts(model: nn.Module) -> list[tuple[nn.Module, tuple[int, ...]]]:
     (Linear: 0 = output rows, 1 = input columns; Embedding: 1; LayerNorm: 0): what width pruning narrows.
     A factorized embedding keeps its width E; only its projection's outputs are hidden."""
     encoder = encoder_of(model)
-    if isinstance(model, Embedder):
-        raise EdgebertError("width pruning would shrink an embedding model's vectors: prune heads, FFN neurons "
-                            "or layers instead")
     emb, stack = embeddings(model), encoder.encoder
     factorized = emb.projection is not None
     ins, outs, both = [], [], []
@@ -904,6 +921,8 @@ def hidden_parts(model: nn.Module) -> list[tuple[nn.Module, tuple[int, ...]]]:
         outs.append(model.pooler.norm)
     if isinstance(model, (SequenceClassifier, TokenClassifier)):
         ins.append(model.classifier)
+    if isinstance(model, Embedder):
+        ins.append(model.projection)  # None until `keep_vector_width`: the vectors are the hidden units themselves
     if isinstance(model, MaskedLM):
         (ins if factorized else both).append(model.transform)
         if not factorized:

@@ -66,7 +66,8 @@ MODERN = dict(type_vocab_size=0, pre_ln=True, position="rotary", attention_windo
 
 @pytest.mark.parametrize("kind,changes", [("sequence-classification", {}), ("masked-lm", {}),
                                           ("sequence-classification", MODERN),
-                                          ("token-classification", {"embedding_size": 16, "num_labels": 3})])
+                                          ("token-classification", {"embedding_size": 16, "num_labels": 3}),
+                                          ("embedding", {})])
 def test_removing_zeroed_hidden_units_changes_nothing(kind, changes, tmp_path):
     from edgebert.model import LayerNorm, hidden_parts
     from edgebert.passes.surgery import remove_hidden
@@ -106,8 +107,6 @@ def test_width_pruning_refusals():
 
     with pytest.raises(EdgebertError, match="removing all 32 hidden units of the model"):
         remove_hidden(tiny_model(), list(range(32)))
-    with pytest.raises(EdgebertError, match="shrink an embedding model's vectors"):
-        remove_hidden(tiny_model("embedding"), [0])
     with pytest.raises(EdgebertError, match="PruneConfig.width is a fraction"):
         PruneConfig(width=1.0)
 

@@ -126,7 +126,7 @@ def importance(model: nn.Module, dataset: Sequence, *, batches: int = 16, batch_
     neurons = [torch.zeros(c.ffn(i)) for i in range(c.num_layers)]
     layer_scores = torch.zeros(c.num_layers)
     hidden = torch.zeros(c.hidden_size)
-    parts = [] if embedder else hidden_parts(model)  # an embedder's width is its vectors': never pruned
+    parts = hidden_parts(model)
 
     def gate(i: int):
         """Layer i as x + ξ·(f(x) − x): dL/dξ at ξ=1 is Σ grad ⊙ (f(x) − x)."""

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..errors import EdgebertError
-from ..model import EncoderConfig, LayerNorm, blocks, encoder_of, hidden_parts, keep_layers
+from ..model import Embedder, EncoderConfig, LayerNorm, blocks, encoder_of, hidden_parts, keep_layers
 
 
 def set_config(model: nn.Module, **changes) -> EncoderConfig:
@@ -165,13 +165,16 @@ def remove_hidden(model: nn.Module, drop: list[int]) -> nn.Module:
 
     LayerNorms keep averaging over the width before pruning (`EncoderConfig.norm_width`), counting the
     removed units as zeros: a model whose removed units carried zeros computes exactly what it did, and
-    one whose removed units were small keeps nearly the statistics it had. Shared modules stay shared."""
+    one whose removed units were small keeps nearly the statistics it had. Shared modules stay shared.
+    An embedder's vectors keep their width (`Embedder.keep_vector_width`)."""
     c = encoder_of(model).config
     drop = set(_checked_drop("the model", drop, c.hidden_size, "hidden units", "unit", "keep at least one"))
     if not drop:
         return model
     keep = torch.tensor([j for j in range(c.hidden_size) if j not in drop])
     stats = c.norm_width or c.hidden_size
+    if isinstance(model, Embedder):
+        model.keep_vector_width()
     with torch.no_grad():
         for module, dims in hidden_parts(model):
             _narrow(module, dims, keep, stats)
