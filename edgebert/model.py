@@ -705,6 +705,11 @@ class Embedder(TaskModel):
         super().__init__(config, head)
         self.projection = nn.Linear(config.hidden_size, head.vector_width, bias=False) if head.vector_width else None
 
+    @property
+    def vector_width(self) -> int:
+        """How wide its vectors are: the projection's output, else the hidden width."""
+        return self.head.vector_width or self.config.hidden_size
+
     def keep_vector_width(self) -> None:
         """Give the model a `projection` that is the identity, if it has none, so that narrowing the hidden width
         narrows its input columns and leaves the vectors as wide as the teacher's: the units that stay land where

@@ -94,6 +94,10 @@ def test_removing_zeroed_hidden_units_changes_nothing(kind, changes, tmp_path):
     assert torch.allclose(after[0] if isinstance(after, tuple) else after, reference, atol=1e-5)
     if kind == "embedding":  # its vectors stay 32 wide, through a projection the saved head declares
         assert model.head.vector_width == 32 and model.projection.in_features == 29
+        from edgebert.passes.teacher import TeacherCache
+
+        cache = TeacherCache.build(model, items, [], tmp_path / "cache", progress=False)  # as a teacher, too
+        assert torch.allclose(torch.from_numpy(cache.logits[:].astype("float32")), reference, atol=1e-2)
     roundtrip(model, tmp_path)  # the narrowed shape saves, reloads with the same statistics, and exports
     # The LayerNorms still average over 32 units; renormalising over the 29 left would change every output.
     norms = [m for m in model.modules() if isinstance(m, LayerNorm) and m.stats_width]

@@ -72,8 +72,9 @@ class TeacherCache:
         token_logits = classifier and teacher.head.kind == "token-classification"
         logit_offsets = offsets if token_logits else np.arange(len(dataset) + 1)
         hidden_size = encoder_of(teacher).config.hidden_size
-        # An embedder's "logits" are its sentence vectors, one hidden-wide row per sentence.
-        width = (hidden_size if teacher.head.kind == "embedding" else teacher.head.num_labels) if classifier else 0
+        # An embedder's "logits" are its sentence vectors, one row per sentence.
+        width = (teacher.vector_width if teacher.head.kind == "embedding" else teacher.head.num_labels) if classifier \
+            else 0
         root.mkdir(parents=True, exist_ok=True)
         _remove_stale(root)
         tmp = root / f".{folder.name}.{os.getpid()}.tmp"
