@@ -29,7 +29,7 @@ from torch import nn
 from . import families
 from .errors import EdgebertError
 from .families import Family, Slice, linear
-from .model import HeadConfig, TaskModel, blocks, build, describe, encoder_of, from_description
+from .model import Embedder, HeadConfig, TaskModel, blocks, build, describe, encoder_of, from_description
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
                    "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "spm.model")
@@ -327,6 +327,9 @@ def hf_config_of(model: nn.Module) -> dict:
     if not c.num_layers:
         raise EdgebertError("a static student (no layers: token vectors, n-gram features, a classifier) is not a "
                             "transformers model: use edgebert's own format or its ONNX and TFLite files")
+    if isinstance(model, Embedder) and model.projection is not None:
+        raise EdgebertError("an embedder whose vectors pass through a projection (HeadConfig.vector_width) is not "
+                            "expressible in transformers' configs: save with edgebert's own format or export to ONNX")
     if c.norm_width:
         raise EdgebertError("a width-pruned model (LayerNorms over the pre-pruning width, head_size apart from "
                             "hidden_size) is not expressible in transformers' configs: save with edgebert's own "

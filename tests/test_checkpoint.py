@@ -124,6 +124,11 @@ def test_edgebert_format_round_trips_shared_and_pruned_shapes(tmp_path):
     with pytest.raises(EdgebertError, match="sharing .* need the albert family"):
         save_hf(again, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+    embedder = build(config, HeadConfig(kind="embedding", vector_width=12)).eval()
+    save(embedder, tmp_path / "e")
+    assert torch.equal(embedder(ids), load(tmp_path / "e")(ids)) and embedder(ids).shape == (1, 12)
+    with pytest.raises(EdgebertError, match="projection .* not expressible"):
+        save_hf(embedder, tmp_path / "hf")
 
 
 def _bert_folder(tmp_path):
