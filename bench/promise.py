@@ -13,7 +13,8 @@ redoes nothing that is done. A task with no recipe named gets the packaged recip
 - `vs_optimum_1t`: Optimum's dynamic INT8 of the same teacher (bench/_build.py optimum, the ORTModel class of the
   task's kind) against model.onnx, both timed by the harness at batch 1, 1 thread, real lengths, on the same
   rows, alternating, `--repeats` times: the median of the per-repeat ratios of p50s;
-- `compile_s`: the compile's own seconds per stage, and its wall time in all.
+- `compile_s`: the compile's own seconds per stage, each as it took when it ran, and its wall time in all: a
+  re-run's (`--resume`) plus what the stages it found done took when they ran.
 Writes RESULTS/promise.json ({"rows": [...], "commit"}; each row names its commit and machine); BENCHMARKS.md
 shows it (compare.py --render).
 CoNLL-2003 is research-only: its bundle stays under WORK. Timings are ratios: run it alone on the machine.
@@ -191,7 +192,8 @@ def row_of(name: str, work: Path, data: Path, repeats: int, runs: int) -> dict:
         "smaller": min(f["smaller"] for f in files.values()),
         "vs_optimum_1t": round(float(np.median(ratios)), 2), "vs_optimum_1t_by_repeat": [round(x, 2) for x in ratios],
         "optimum_file": optimum["files"]["int8"],
-        "compile_s": {**manifest["time"]["stages"], "total": manifest["time"]["took_s"]},
+        "compile_s": {**manifest["time"]["stages"], "total": round(manifest["time"]["took_s"]
+                                                                    + manifest["time"].get("resumed_s", 0.0), 1)},
         "compile_wall_s_this_call": round(wall, 1),
         "max_drop": manifest["promise"]["max_drop"], "promise_said": manifest["promise"]["within"],
         "command": " ".join(command),

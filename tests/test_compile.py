@@ -336,9 +336,16 @@ def test_a_code_change_rebuilds_the_files_but_not_the_training(finished, tiny_ch
     monkeypatch.setattr(registry, "code_version", lambda: "another edgebert")
     bundle = compiler.compile(_recipe(tiny_checkpoint), out, data_dir=str(tiny_sst2), resume=True)
     assert ran == ["quantize", "export"]
-    stages = json.loads((bundle / "manifest.json").read_text())["stages"]
-    assert [s["checkpoint"] for s in stages] == [f"stages/{p.parent.name}/model"  # the trained folders, reused
-                                                 for p in sorted(finished[0].glob("stages/*/model"))]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [s["checkpoint"] for s in manifest["stages"]] == [f"stages/{p.parent.name}/model"  # the trained folders,
+                                                             for p in sorted(finished[0].glob("stages/*/model"))]
+    # reused, keep the seconds they took when they ran, and the manifest says how many of its seconds those were
+    first = json.loads((finished[1] / "manifest.json").read_text())["time"]
+    time = manifest["time"]
+    assert {k: time["stages"][k] for k in ("finetune", "distill")} == \
+        {k: first["stages"][k] for k in ("finetune", "distill")} and first["stages"]["finetune"] > 0
+    assert first["resumed_s"] == 0
+    assert time["resumed_s"] == pytest.approx(first["stages"]["finetune"] + first["stages"]["distill"], abs=0.2)
 
 
 def test_the_files_are_keyed_by_the_code_that_wrote_them(tiny_checkpoint, tiny_sst2, tmp_path, monkeypatch):

@@ -239,10 +239,11 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[StageR
             state.estimate = _estimate(ctx, state, recipe.stages[i - 1:], ranks)
         options = [r.stage(name) for r in tries[name]]
         n = len(options)
-        started = time.time()
+        done = [(dest / "record.json").is_file() for dest in dests]
         records = [_stage(ctx, state, name, o, dest, f" (try {t + 1} of {n}, seed {o.seed})" if n > 1 else "")
                    for t, (o, dest) in enumerate(zip(options, dests))]
-        state.took[name] = round(time.time() - started, 1)
+        state.took[name] = round(sum(r.took_s for r in records), 1)
+        state.resumed_s = round(state.resumed_s + sum(r.took_s for r, d in zip(records, done) if d), 1)
         kept = best_try(records, ctx.task.metric) if n > 1 else 0
         record, dest, key = records[kept], dests[kept], keys[kept]
         if n > 1:
@@ -297,7 +298,8 @@ def _run_stage(ctx: Context, state: State, name: str, options, dest: Path, ranks
     with on_disk_full(f"disk full while writing stage {name} under {ctx.out}: free space, then re-run with "
                       "--resume", ctx.out), ranks.output(dest, scratch=ctx.out / "work") as tmp:
         record = STAGES.get(name).run(ctx, state, options, tmp, ctx.out / "work" / dest.name)
-        record = replace(record, wall_s=record.wall_s or round(time.time() - t0, 1))  # a pass times itself
+        took = round(time.time() - t0, 1)
+        record = replace(record, wall_s=record.wall_s or took, took_s=took)  # a pass may time its training itself
         (tmp / "record.json").write_text(json.dumps(record.to_dict(), indent=1, default=str))
     _warn_near_baseline(record, ctx.sources.get("majority_baseline"))  # once: the summary marks it after
 
@@ -450,9 +452,10 @@ def build_bundle(ctx: Context, state: State, stages: list[StageRecord], dest: Pa
         "baselines": _baselines(ctx.out, dest),
         "search": searched,  # compile --budget's candidates (pipeline.search), else None
         "promise": promised,  # each file against the teacher: within max_drop, and how much smaller (pipeline.promise)
-        # the estimate said before the first stage this compile ran trained, and the time the compile and each of
-        # its stages took (a stage done already: ~0), teacher labels and all
-        "time": {"estimate": state.estimate, "took_s": round(time.time() - ctx.started, 1), "stages": state.took},
+        # the estimate said before the first stage this call ran trained; the time this call took; the time each
+        # stage took when it ran, teacher labels and all, and of that what stages an earlier call ran (--resume) took
+        "time": {"estimate": state.estimate, "took_s": round(time.time() - ctx.started, 1), "stages": state.took,
+                 "resumed_s": state.resumed_s},
     }
     bundle = write_bundle(dest, models=state.files, tokenizer_dir=ctx.tokenizer_dir, labels=labels,
                           eval_arrays=ctx.eval_arrays, manifest=manifest, report_points=chart,

@@ -50,7 +50,8 @@ class State:
     verification: dict[str, dict]
     teacher: Path | None = None  # the checkpoint a stage with `sets_teacher` started from, once it has run
     estimate: dict | None = None  # seconds per stage, said before the first stage to run trained (pipeline.estimate)
-    took: dict[str, float] = field(default_factory=dict)  # seconds each stage this compile ran took, tries and all
+    took: dict[str, float] = field(default_factory=dict)  # seconds each stage took when it ran, tries and all
+    resumed_s: float = 0.0  # of those, the seconds of stages an earlier call ran (--resume found them done)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +60,8 @@ class StageRecord:
     model files it wrote (`files`)."""
 
     name: str
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # the pass's own count (its training, across resumed runs)
+    took_s: float = 0.0  # the stage's wall seconds when it ran: its teacher's labels and files too
     params: int | None = None  # None: the stage made no model (it wrote files)
     bytes: int | None = None
     flops_128: int | None = None  # FLOPs per sequence of 128 tokens
