@@ -23,6 +23,8 @@ import numpy as np
 from edgebert.device_tests.files import atomic_path
 from edgebert.errors import EdgebertError
 
+from .tflite import pack, unpack
+
 METADATA_NAME = "TFLITE_METADATA"
 # The metadata names MediaPipe's BertPreprocessorCalculator looks the three inputs up by.
 BERT_INPUTS = {"input_ids": "ids", "attention_mask": "mask", "token_type_ids": "segment_ids"}
@@ -31,7 +33,6 @@ _DESCRIPTIONS = {
     "mask": "1 for real tokens, 0 for padding.",
     "segment_ids": "0 for the first sequence (MediaPipe passes one sequence).",
 }
-_MAX_FLATBUFFER = 2**31 - 1  # flatbuffers offsets are 32-bit; phone models are far smaller
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed, so the same inputs give the same bytes
 
 
@@ -67,7 +68,7 @@ def _write(model, out, tokenizer_dir, signature: str | None, name: str, *, label
     if raw[4:8] != b"TFL3":
         raise EdgebertError(f"{model} is not a TFLite flatbuffer: pass a .tflite file")
     _check_tokenizer_kind(tokenizer_dir)
-    tree = fb.ModelT.InitFromObj(fb.Model.GetRootAs(raw, 0))
+    tree = unpack(raw)
     key = _keep_signature(tree, signature, model)
     length, width = _check_io(tree, labels, model)
     vocab = _check_tokenizer(tokenizer_dir, length)
@@ -76,9 +77,8 @@ def _write(model, out, tokenizer_dir, signature: str | None, name: str, *, label
         files["labels.txt"] = "".join(f"{label}\n" for label in labels).encode()
     order = _input_names(tree)
     metadata, version = _metadata_buffer(name, [BERT_INPUTS[n] for n in order], labels, width)
-    _inline_buffers(tree, raw, fb)
     _set_metadata(tree, metadata, fb)
-    data = _with_zip(_pack(tree, fb), files)
+    data = _with_zip(pack(tree), files)
     with atomic_path(out) as tmp:
         tmp.write_bytes(data)
     written = {"file": out.name, "task": "TextClassifier" if labels is not None else "TextEmbedder",
@@ -344,28 +344,6 @@ def min_parser_version(meta) -> str:
     return ".".join(map(str, max(found)))
 
 
-def _inline_buffers(tree, raw: bytes, fb) -> None:
-    """Pull weights stored after the flatbuffer (ai-edge-quantizer's offset/size buffers) back inline,
-    16-byte aligned as the schema asks (the generated Pack aligns byte vectors to 1)."""
-
-    class Aligned(fb.BufferT):
-        def Pack(self, builder):
-            if self.data is not None and len(self.data):
-                builder.Prep(16, len(self.data))
-            return super().Pack(builder)
-
-    inlined = []
-    for b in tree.buffers:
-        data = b.data
-        if b.offset > 1:
-            if b.offset + b.size > len(raw):
-                raise EdgebertError("TFLite buffer points past the end of the file: the file is truncated; "
-                                    "re-export it")
-            data = np.frombuffer(raw, dtype=np.uint8, count=b.size, offset=b.offset)
-        inlined.append(Aligned(data=None if data is None else np.asarray(data, dtype=np.uint8)))
-    tree.buffers = inlined
-
-
 def _set_metadata(tree, metadata: bytes, fb) -> None:
     """Put `metadata` in the model's TFLITE_METADATA buffer, replacing any earlier one."""
     buffer = type(tree.buffers[0])(data=np.frombuffer(metadata, dtype=np.uint8))
@@ -374,18 +352,6 @@ def _set_metadata(tree, metadata: bytes, fb) -> None:
     entry = fb.MetadataT()
     entry.name, entry.buffer = METADATA_NAME, len(tree.buffers) - 1
     tree.metadata.append(entry)
-
-
-def _pack(tree, fb) -> bytes:
-    import flatbuffers
-
-    total = sum(len(b.data) for b in tree.buffers if b.data is not None)
-    if total > _MAX_FLATBUFFER:
-        raise EdgebertError(f"model weights are {total} bytes, over the 2 GiB a single TFLite flatbuffer holds: "
-                            "quantize or prune the model first")
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(tree.Pack(builder), b"TFL3")
-    return bytes(builder.Output())
 
 
 def _with_zip(model: bytes, files: dict[str, bytes]) -> bytes:

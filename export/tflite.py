@@ -124,6 +124,48 @@ def export_tflite(model: nn.Module, config: TFLiteExportConfig, spec: InputSpec,
             "signatures": {f"seq_{t}": t for t in sorted(config.seq_lens)}}
 
 
+_MAX_FLATBUFFER = 2**31 - 1  # flatbuffers offsets are 32-bit; phone models are far smaller
+
+
+def unpack(flatbuffer: bytes):
+    """A .tflite file as ai-edge-litert's schema objects (the converter's schema, so no field is dropped), the
+    weights ai-edge-quantizer stores after the flatbuffer (offset/size buffers) pulled back inline, 16-byte aligned
+    as the schema asks (the generated Pack aligns byte vectors to 1)."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    class Aligned(fb.BufferT):
+        def Pack(self, builder):
+            if self.data is not None and len(self.data):
+                builder.Prep(16, len(self.data))
+            return super().Pack(builder)
+
+    tree = fb.ModelT.InitFromObj(fb.Model.GetRootAs(flatbuffer, 0))
+    inlined = []
+    for b in tree.buffers:
+        data = b.data
+        if b.offset > 1:
+            if b.offset + b.size > len(flatbuffer):
+                raise EdgebertError("TFLite buffer points past the end of the file: the file is truncated; "
+                                    "re-export it")
+            data = np.frombuffer(flatbuffer, dtype=np.uint8, count=b.size, offset=b.offset)
+        inlined.append(Aligned(data=None if data is None else np.asarray(data, dtype=np.uint8)))
+    tree.buffers = inlined
+    return tree
+
+
+def pack(tree) -> bytes:
+    """`unpack`'s objects as a .tflite file."""
+    import flatbuffers
+
+    total = sum(len(b.data) for b in tree.buffers if b.data is not None)
+    if total > _MAX_FLATBUFFER:
+        raise EdgebertError(f"model weights are {total} bytes, over the 2 GiB a single TFLite flatbuffer holds: "
+                            "quantize or prune the model first")
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(tree.Pack(builder), b"TFL3")
+    return bytes(builder.Output())
+
+
 def tflite_io(path: Path) -> dict:
     """Each signature's length, input and output tensors (dtype, shape, int8 quantization), and the ops of all
     signatures with their counts."""

@@ -64,6 +64,25 @@ def test_dynamic_range_int8(fp32, data, tmp_path):
     assert r.meta["signatures"] == {"seq_8": 8, "seq_16": 16}
 
 
+def test_signatures_share_what_they_repeat(fp32, data, tmp_path, monkeypatch):
+    """Each quantization table written once for both signatures, the tensors between ops unnamed: a smaller file
+    with the same outputs and the same input and output names."""
+    from edgebert.quantize import tflite_ptq
+
+    compacted = quantize(fp32, DynamicInt8Config(), out=tmp_path / "c.tflite").path
+    monkeypatch.setattr(tflite_ptq, "compact", lambda flatbuffer: flatbuffer)
+    plain = quantize(fp32, DynamicInt8Config(), out=tmp_path / "p.tflite").path
+    assert compacted.stat().st_size < plain.stat().st_size
+    tflite = formats.get("tflite")
+    assert np.array_equal(tflite.run(compacted, data), tflite.run(plain, data))
+    for a, b in zip(litert(compacted).signatures.values(), litert(plain).signatures.values()):
+        for details in ("get_input_details", "get_output_details"):
+            assert [d["name"] for d in getattr(a.runner, details)().values()] == \
+                [d["name"] for d in getattr(b.runner, details)().values()]
+    names = [t["name"] for t in litert(compacted).interpreter.get_tensor_details()]
+    assert sum(not n for n in names) > len(names) / 2
+
+
 def test_int8_embeddings_only(fp32, data, tmp_path):
     r = quantize(fp32, Int8EmbeddingsConfig(), out=tmp_path / "e.tflite", eval_data=data, budget=Budget(max_abs_diff=0.05))
     assert only_words_int8(r.path) and set(lookup_dtypes(fp32).values()) == {np.float32}
