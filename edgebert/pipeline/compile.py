@@ -235,11 +235,11 @@ def _run_stages(ctx: Context, start: Path, key: str) -> tuple[State, list[StageR
             state.teacher = state.model
         keys = [_key(key, name, k) for k in stage_keys[name]]
         dests = [out / "stages" / f"{i:02d}-{name}-{k}" for k in keys]
-        if state.estimate is None and not ranks.first(lambda: all((d / "record.json").is_file() for d in dests)):
+        done = ranks.first(lambda: [(d / "record.json").is_file() for d in dests])  # found from an earlier call
+        if state.estimate is None and not all(done):
             state.estimate = _estimate(ctx, state, recipe.stages[i - 1:], ranks)
         options = [r.stage(name) for r in tries[name]]
         n = len(options)
-        done = [(dest / "record.json").is_file() for dest in dests]
         records = [_stage(ctx, state, name, o, dest, f" (try {t + 1} of {n}, seed {o.seed})" if n > 1 else "")
                    for t, (o, dest) in enumerate(zip(options, dests))]
         state.took[name] = round(sum(r.took_s for r in records), 1)
